@@ -1,0 +1,80 @@
+"""Resolution of the directory that holds the real datasets.
+
+Every loader takes a `data_dir`. When it is `None`, the directory is taken from
+the environment variable `TFF_DP_DATA_DIR`, and failing that from
+`../shared/data` next to the repository (the layout of a development checkout).
+Decoded caches (e.g. CIFAR-10 pixels) go to `TFF_DP_CACHE_DIR`, default
+`~/.cache/tff_dp`.
+"""
+
+import os
+import pathlib
+from typing import Optional, Union
+
+PathLike = Union[str, os.PathLike]
+
+DATA_DIR_ENV = 'TFF_DP_DATA_DIR'
+CACHE_DIR_ENV = 'TFF_DP_CACHE_DIR'
+
+# tasks/ -> repository root -> ../shared/data
+_REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = _REPO_ROOT.parent / 'shared' / 'data'
+
+KERAS_CACHE_DIR = pathlib.Path('~/.keras/datasets').expanduser()
+
+
+class DataNotFoundError(FileNotFoundError):
+  """A dataset file is missing; the message says where such data comes from."""
+
+
+def resolve_data_dir(data_dir: Optional[PathLike] = None) -> pathlib.Path:
+  """Returns the data directory: argument, then env variable, then default."""
+  if data_dir is not None and str(data_dir):
+    return pathlib.Path(data_dir).expanduser()
+  env = os.environ.get(DATA_DIR_ENV)
+  if env:
+    return pathlib.Path(env).expanduser()
+  return DEFAULT_DATA_DIR
+
+
+def resolve_cache_dir() -> pathlib.Path:
+  env = os.environ.get(CACHE_DIR_ENV)
+  path = (
+    pathlib.Path(env).expanduser()
+    if env
+    else (pathlib.Path('~/.cache/tff_dp').expanduser())
+  )
+  return path
+
+
+def find_file(
+  data_dir: Optional[PathLike],
+  candidates: list[str],
+  *,
+  source_hint: str,
+  extra_dirs: tuple[pathlib.Path, ...] = (),
+) -> pathlib.Path:
+  """Returns the first existing `data_dir/candidate` (or in `extra_dirs`).
+
+  Args:
+    data_dir: The data directory (see `resolve_data_dir`).
+    candidates: File names relative to a directory, tried in order.
+    source_hint: Where such data comes from, for the error message.
+    extra_dirs: Further directories searched after `data_dir` (e.g. the Keras
+      cache).
+
+  Raises:
+    DataNotFoundError: If none exists. The message names every path tried.
+  """
+  root = resolve_data_dir(data_dir)
+  tried = []
+  for directory in (root,) + tuple(extra_dirs):
+    for name in candidates:
+      path = directory / name
+      tried.append(str(path))
+      if path.exists():
+        return path
+  raise DataNotFoundError(
+    f'Dataset file not found. Tried: {", ".join(tried)}. {source_hint} '
+    f'Pass --data_dir (or set {DATA_DIR_ENV}) to the folder that holds it.'
+  )

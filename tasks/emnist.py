@@ -1,0 +1,169 @@
+"""Federated EMNIST by writer (seeds 000 and 003).
+
+Sources, in order:
+  1. TFF's own federated EMNIST, `emnist_all.sqlite` (what
+     `tff.simulation.datasets.emnist.load_data` caches: 3,383 writers), in the
+     data directory or `~/.keras/datasets`;
+  2. `emnist_federated.npz` in the data directory: LEAF FEMNIST, 300 writers
+     (a documented subset, see the data README).
+Images are stored uint8 with ink = 255 and background = 0 (MNIST style); both
+sources store ink dark on white, so they are inverted once at load time.
+Labels: 0-9 digits, 10-35 'A'-'Z', 36-61 'a'-'z' (62 classes), or digits only.
+"""
+
+import sqlite3
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_dp.tasks import client_data as client_data_lib
+from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import metrics as metrics_lib
+from tff_dp.tasks import models
+from tff_dp.tasks import task as task_lib
+
+_SOURCE = (
+  'Federated EMNIST comes from TFF (tff.simulation.datasets.emnist.'
+  'load_data caches emnist_all.sqlite in ~/.keras/datasets) or as LEAF '
+  'FEMNIST in emnist_federated.npz (keys x_train, y_train, '
+  'client_train, x_test, y_test, client_test, writer_ids).'
+)
+
+
+def _load_sqlite(path, split: str):
+  """Reads one split of TFF's EMNIST SQLite file into arrays."""
+  with sqlite3.connect(str(path)) as conn:
+    rows = conn.execute(
+      'SELECT client_id, serialized_example_proto FROM examples '
+      'WHERE split_name = ? ORDER BY client_id',
+      (split,),
+    ).fetchall()
+  if not rows:
+    raise ValueError(f'No examples of split {split!r} in {path}.')
+  ids = np.array([r[0] for r in rows])
+  parsed = tf.io.parse_example(
+    tf.constant([r[1] for r in rows]),
+    {
+      'pixels': tf.io.FixedLenFeature((28, 28), tf.float32),
+      'label': tf.io.FixedLenFeature((), tf.int64),
+    },
+  )
+  x = np.rint(parsed['pixels'].numpy() * 255).astype(np.uint8)
+  y = parsed['label'].numpy().astype(np.uint8)
+  return x, y, ids
+
+
+def load_emnist_arrays(
+  data_dir: Optional[data_dir_lib.PathLike] = None, only_digits: bool = False
+):
+  """Returns `(x_tr, y_tr, writer_tr, x_te, y_te, writer_te, source)`.
+
+  Images are uint8, ink high. `writer_*` are string writer ids.
+  """
+  try:
+    path = data_dir_lib.find_file(
+      data_dir,
+      ['emnist_all.sqlite'],
+      source_hint=_SOURCE,
+      extra_dirs=(data_dir_lib.KERAS_CACHE_DIR,),
+    )
+  except data_dir_lib.DataNotFoundError:
+    path = None
+  if path is not None:
+    prefix = 'digits_only' if only_digits else 'all'
+    x_tr, y_tr, w_tr = _load_sqlite(path, f'{prefix}_train')
+    x_te, y_te, w_te = _load_sqlite(path, f'{prefix}_test')
+    source = f'TFF federated EMNIST ({path.name})'
+  else:
+    path = data_dir_lib.find_file(
+      data_dir, ['emnist_federated.npz'], source_hint=_SOURCE
+    )
+    with np.load(path) as d:
+      writers = d['writer_ids']
+      x_tr, y_tr = d['x_train'], d['y_train']
+      w_tr = writers[d['client_train']]
+      x_te, y_te = d['x_test'], d['y_test']
+      w_te = writers[d['client_test']]
+    source = f'LEAF FEMNIST ({path.name})'
+    if only_digits:
+      keep_tr, keep_te = y_tr < 10, y_te < 10
+      x_tr, y_tr, w_tr = x_tr[keep_tr], y_tr[keep_tr], w_tr[keep_tr]
+      x_te, y_te, w_te = x_te[keep_te], y_te[keep_te], w_te[keep_te]
+  # Ink dark on white -> MNIST style.
+  return (255 - x_tr, y_tr, w_tr, 255 - x_te, y_te, w_te, source)
+
+
+def load_emnist(
+  data_dir: Optional[data_dir_lib.PathLike] = None,
+  *,
+  only_digits: bool = False,
+  model: str = 'cnn_2layers',
+  max_clients: Optional[int] = None,
+  model_seed: int = 0,
+) -> task_lib.FederatedTask:
+  """Federated EMNIST, one client per writer.
+
+  Args:
+    data_dir: Data directory (see `tff_dp.tasks.data_dir`).
+    only_digits: Keep the 10 digit classes only (writers left with no
+      example are dropped).
+    model: 'cnn_2layers' (Reddi et al.), 'resnet18_gn', 'cnn' (McMahan et
+      al.) or 'mlp' (seed 003's 2-layer MLP, 200 hidden units).
+    max_clients: If set, keep the first this-many writers (sorted ids).
+    model_seed: Seed of the initial weights.
+
+  Raises:
+    DataNotFoundError: If no source is found.
+    ValueError: On bad arguments.
+  """
+  if max_clients is not None and max_clients < 1:
+    raise ValueError(
+      f'max_clients must be None or >= 1. Found {max_clients!r}.'
+    )
+  x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
+    data_dir, only_digits
+  )
+  writers, inverse = np.unique(w_tr, return_inverse=True)
+  order = np.argsort(inverse, kind='stable')
+  bounds = np.searchsorted(inverse[order], np.arange(len(writers) + 1))
+  parts = [order[bounds[i] : bounds[i + 1]] for i in range(len(writers))]
+  if max_clients is not None:
+    writers, parts = writers[:max_clients], parts[:max_clients]
+  num_classes = 10 if only_digits else 62
+  shape = (28, 28, 1)
+  builders = {
+    'cnn_2layers': lambda: models.create_cnn_2layers(
+      shape, num_classes, model_seed
+    ),
+    'resnet18_gn': lambda: models.create_resnet18_gn(
+      shape, num_classes, seed=model_seed
+    ),
+    'cnn': lambda: models.create_cnn_mcmahan(shape, num_classes, model_seed),
+    'mlp': lambda: models.create_image_mlp(
+      shape, num_classes, (200,), model_seed
+    ),
+  }
+  if model not in builders:
+    raise ValueError(
+      f'model must be one of {sorted(builders)}. ' f'Found {model!r}.'
+    )
+  train = client_data_lib.ArrayClientData(
+    x_tr[..., None], y_tr, parts, client_ids=list(writers)
+  )
+  return task_lib.FederatedTask(
+    name='emnist_digits' if only_digits else 'emnist',
+    train_data=train,
+    test_x=x_te[..., None].astype(np.float32) / 255.0,
+    test_y=y_te.astype(np.int32),
+    model_builder=builders[model],
+    loss_builder=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True
+    ),
+    metrics_builder=metrics_lib.classification_metrics,
+    num_classes=num_classes,
+    description=(
+      f'{source}: {len(writers)} writers, {num_classes} classes;'
+      f' model {model}'
+    ),
+  )

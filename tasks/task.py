@@ -1,0 +1,139 @@
+"""`FederatedTask`: a task's federated data, test data, model, loss, metrics.
+
+In the spirit of `tff.simulation.baselines.BaselineTask`: one object carries
+everything a learning process needs, and `to_baseline_task` converts to it.
+"""
+
+import collections
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.tasks import client_data as client_data_lib
+
+ModelBuilder = Callable[[], tf.keras.Model]
+LossBuilder = Callable[[], tf.keras.losses.Loss]
+MetricsBuilder = Callable[[], list[tf.keras.metrics.Metric]]
+
+
+def check_batching(
+  batch_size: int, num_epochs: int, max_steps: Optional[int]
+) -> None:
+  if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    raise ValueError(
+      f'batch_size must be an integer >= 1. Found {batch_size!r}.'
+    )
+  if not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
+    raise ValueError(
+      f'num_epochs must be an integer >= 1. Found {num_epochs!r}.'
+    )
+  if max_steps is not None and (
+    not isinstance(max_steps, (int, np.integer)) or max_steps < 1
+  ):
+    raise ValueError(
+      f'max_steps must be None or an integer >= 1. Found {max_steps!r}.'
+    )
+
+
+def client_preprocess_fn(
+  batch_size: int,
+  *,
+  num_epochs: int = 1,
+  max_steps: Optional[int] = None,
+  shuffle_buffer: int = 1000,
+  seed: Optional[int] = None,
+) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+  """Local-training preprocessing: repeat, shuffle (seeded), batch, cap steps.
+
+  Args:
+    batch_size: Examples per local step.
+    num_epochs: Passes over the client's data.
+    max_steps: If set, at most this many local steps (batches).
+    shuffle_buffer: Shuffle buffer size (0 or 1 disables shuffling).
+    seed: Shuffle seed; `None` draws a fresh order (not reproducible).
+  """
+  check_batching(batch_size, num_epochs, max_steps)
+
+  def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
+    if shuffle_buffer > 1:
+      ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.repeat(num_epochs).batch(batch_size)
+    if max_steps is not None:
+      ds = ds.take(max_steps)
+    return ds
+
+  return preprocess
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedTask:
+  """A federated learning task.
+
+  Attributes:
+    name: Registry name, e.g. 'fashion_mnist_iid'.
+    train_data: Federated training data (client id -> unbatched
+      `tf.data.Dataset` of `OrderedDict(x=..., y=...)`).
+    test_x: Centralized test inputs, model-ready float32.
+    test_y: Centralized test labels, int32.
+    model_builder: Returns a fresh, uncompiled Keras model (logits output);
+      deterministic initial weights.
+    loss_builder: Returns the Keras loss.
+    metrics_builder: Returns fresh Keras metrics.
+    num_classes: Number of classes (1 for a single-logit binary task).
+    description: Human-readable summary of the data and split.
+    feature_names: Names of the input columns of tabular tasks (before the
+      missing-value indicators), else empty.
+  """
+
+  name: str
+  train_data: client_data_lib.ArrayClientData
+  test_x: np.ndarray
+  test_y: np.ndarray
+  model_builder: ModelBuilder
+  loss_builder: LossBuilder
+  metrics_builder: MetricsBuilder
+  num_classes: int
+  description: str = ''
+  feature_names: tuple[str, ...] = ()
+
+  @property
+  def element_spec(self):
+    return self.train_data.element_type_structure
+
+  def batched_input_spec(self):
+    return tf.nest.map_structure(
+      lambda s: tf.TensorSpec([None] + list(s.shape), s.dtype),
+      self.element_spec,
+    )
+
+  def test_dataset(self) -> tf.data.Dataset:
+    """Unbatched centralized test data, same element structure as training."""
+    return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=self.test_x, y=self.test_y)
+    )
+
+  def model_fn(self) -> tff.learning.models.VariableModel:
+    """A `tff.learning` model function (call it inside TFF computations)."""
+    return tff.learning.models.from_keras_model(
+      self.model_builder(),
+      loss=self.loss_builder(),
+      input_spec=self.batched_input_spec(),
+      metrics=self.metrics_builder(),
+    )
+
+  def to_baseline_task(
+    self, train_preprocess_fn=None, eval_preprocess_fn=None
+  ) -> tff.simulation.baselines.BaselineTask:
+    datasets = tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=self.train_data,
+      test_data=self.test_dataset(),
+      train_preprocess_fn=train_preprocess_fn,
+      eval_preprocess_fn=eval_preprocess_fn,
+    )
+    return tff.simulation.baselines.BaselineTask(datasets, self.model_fn)
+
+  def num_parameters(self) -> int:
+    return int(sum(np.prod(v.shape) for v in self.model_builder().weights))

@@ -1,0 +1,83 @@
+import sqlite3
+
+import numpy as np
+import tensorflow as tf
+
+from tff_dp.tasks import data_dir
+from tff_dp.tasks import emnist
+
+
+def test_leaf_npz_real(shared_data_dir):
+  task = emnist.load_emnist(shared_data_dir)
+  cd = task.train_data
+  assert len(cd.client_ids) == 300
+  assert int(cd.client_sizes().sum()) == 41_495
+  assert task.num_classes == 62
+  assert task.test_x.shape == (4763, 28, 28, 1)
+  labels = np.concatenate([cd.client_arrays(c)[1] for c in cd.client_ids])
+  assert set(np.unique(labels)) == set(range(62))
+  x, _ = cd.client_arrays(cd.client_ids[0])
+  assert x.dtype == np.uint8 and x.shape[1:] == (28, 28, 1)
+  # MNIST style after inversion: background (the border) is dark.
+  assert np.median(x[:, 0, :, 0]) == 0
+  assert task.num_parameters() == 1_206_590
+
+
+def test_digits_only_real(shared_data_dir):
+  task = emnist.load_emnist(shared_data_dir, only_digits=True, max_clients=50)
+  cd = task.train_data
+  assert len(cd.client_ids) == 50
+  labels = np.concatenate([cd.client_arrays(c)[1] for c in cd.client_ids])
+  assert labels.max() <= 9 and task.num_classes == 10
+  assert task.test_y.max() <= 9
+
+
+def _example(pixels, label):
+  return tf.train.Example(
+    features=tf.train.Features(
+      feature={
+        'pixels': tf.train.Feature(
+          float_list=tf.train.FloatList(value=pixels.ravel().tolist())
+        ),
+        'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+      }
+    )
+  ).SerializeToString()
+
+
+def test_tff_sqlite_source(tmp_path, monkeypatch):
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  rng = np.random.default_rng(0)
+  db = sqlite3.connect(tmp_path / 'emnist_all.sqlite')
+  db.execute(
+    'CREATE TABLE examples (split_name TEXT, client_id TEXT, '
+    'serialized_example_proto BLOB)'
+  )
+  db.execute(
+    'CREATE TABLE client_metadata (client_id TEXT, split_name TEXT,'
+    ' num_examples INTEGER)'
+  )
+  expected = {}
+  for split in ('all_train', 'all_test'):
+    for writer, n in (('f0001_01', 3), ('f0002_02', 2)):
+      for _ in range(n):
+        px = rng.integers(0, 256, (28, 28)) / 255.0
+        label = int(rng.integers(0, 62))
+        db.execute(
+          'INSERT INTO examples VALUES (?, ?, ?)',
+          (split, writer, _example(px.astype(np.float32), label)),
+        )
+        expected.setdefault((split, writer), []).append((px, label))
+  db.commit()
+  db.close()
+  task = emnist.load_emnist(tmp_path)
+  cd = task.train_data
+  assert cd.client_ids == ['f0001_01', 'f0002_02']
+  x, y = cd.client_arrays('f0002_02')
+  want = expected[('all_train', 'f0002_02')]
+  np.testing.assert_array_equal(
+    x[..., 0], 255 - np.rint(np.stack([p for p, _ in want]) * 255)
+  )
+  assert y.tolist() == [l for _, l in want]
+  assert task.test_x.shape == (5, 28, 28, 1)
+  assert 'TFF federated EMNIST' in task.description

@@ -1,0 +1,81 @@
+import gzip
+
+import numpy as np
+import pytest
+
+from tff_dp.tasks import data_dir
+from tff_dp.tasks import fashion_mnist
+from tff_dp.tasks import partition
+
+
+def test_iid_real(shared_data_dir):
+  task = fashion_mnist.load_fashion_mnist(shared_data_dir)
+  cd = task.train_data
+  assert len(cd.client_ids) == 6000
+  assert np.all(cd.client_sizes() == 10)
+  el = next(iter(cd.create_tf_dataset_for_client(cd.client_ids[0])))
+  assert el['x'].shape == (28, 28, 1) and el['x'].dtype.name == 'float32'
+  assert el['y'].dtype.name == 'int32'
+  assert 0.0 <= float(np.min(el['x'])) and float(np.max(el['x'])) <= 1.0
+  assert task.test_x.shape == (10000, 28, 28, 1)
+  assert task.test_x.dtype == np.float32 and task.test_y.dtype == np.int32
+  assert np.bincount(task.test_y).tolist() == [1000] * 10
+  assert task.num_parameters() == 1_663_370
+
+
+def test_five_labels_real_histogram_and_determinism(shared_data_dir):
+  task = fashion_mnist.load_fashion_mnist(shared_data_dir, labels_per_client=5)
+  cd = task.train_data
+  labels = np.stack([cd.client_arrays(c)[1] for c in cd.client_ids])
+  hist = np.stack([np.bincount(l, minlength=10) for l in labels])
+  assert np.all((hist > 0).sum(1) == 5)  # Exactly 5 labels per client.
+  assert np.all(hist.sum(1) == 10)
+  assert np.all((hist > 0).sum(0) == 3000)  # Each label on 3,000 clients.
+  again = fashion_mnist.load_fashion_mnist(shared_data_dir, labels_per_client=5)
+  c = cd.client_ids[123]
+  assert np.array_equal(
+    cd.client_arrays(c)[0], again.train_data.client_arrays(c)[0]
+  )
+  other = fashion_mnist.load_fashion_mnist(
+    shared_data_dir, labels_per_client=5, partition_seed=1
+  )
+  assert not np.array_equal(
+    cd.client_arrays(c)[1], other.train_data.client_arrays(c)[1]
+  )
+
+
+def _write_idx(path, array):
+  header = bytes([0, 0, 8, array.ndim]) + b''.join(
+    int(d).to_bytes(4, 'big') for d in array.shape
+  )
+  with gzip.open(path, 'wb') as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_keras_idx_cache_source(tmp_path, monkeypatch):
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  folder = tmp_path / 'keras' / 'fashion-mnist'
+  folder.mkdir(parents=True)
+  rng = np.random.default_rng(0)
+  x_tr = rng.integers(0, 256, (40, 28, 28))
+  y_tr = np.repeat(np.arange(10), 4)
+  _write_idx(folder / 'train-images-idx3-ubyte.gz', x_tr)
+  _write_idx(folder / 'train-labels-idx1-ubyte.gz', y_tr)
+  _write_idx(folder / 't10k-images-idx3-ubyte.gz', x_tr[:10])
+  _write_idx(folder / 't10k-labels-idx1-ubyte.gz', y_tr[:10])
+  task = fashion_mnist.load_fashion_mnist(tmp_path / 'empty', num_clients=4)
+  assert len(task.train_data.client_ids) == 4
+  x, y = task.train_data.client_arrays('0')
+  idx = partition.iid_partition(40, 4, 0)[0]
+  np.testing.assert_array_equal(x[..., 0], x_tr[idx])
+  np.testing.assert_array_equal(y, y_tr[idx])
+
+
+def test_bad_model_name(shared_data_dir):
+  with pytest.raises(ValueError, match=r"model must be one of .*'resnet'"):
+    fashion_mnist.load_fashion_mnist(shared_data_dir, model='resnet')
+
+
+def test_labels_per_client_more_than_classes(shared_data_dir):
+  with pytest.raises(ValueError, match=r'labels_per_client .*\[1, 10\]'):
+    fashion_mnist.load_fashion_mnist(shared_data_dir, labels_per_client=11)
