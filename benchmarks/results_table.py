@@ -60,7 +60,7 @@ def update(md_path: str, name: str, row: dict[str, Any], *, title: str,
     for c in columns:
       v = r.get(c, '')
       if isinstance(v, float):
-        v = f'{v:.4f}'
+        v = f'{v:.4g}'
       if c == 'command':
         v = f'`{v}`'
       cells.append(str(v).replace('|', '\\|'))

@@ -1,0 +1,29 @@
+"""The one place that reaches into TFF 0.87's private modules.
+
+Each wrapper names the private symbol it uses so that a TFF upgrade breaks
+here, loudly, and nowhere else.
+"""
+
+from tensorflow_federated.python.aggregators import differential_privacy
+from tensorflow_federated.python.aggregators import factory_utils
+
+# TFF's DPAggregatorState(query_state, agg_state, dp_event, is_init_state).
+DPAggregatorState = differential_privacy.DPAggregatorState
+
+
+def adaptive_clip_noise_params(noise_multiplier: float,
+                               expected_clients_per_round: float,
+                               clipped_count_stddev=None):
+  """TFF's split of an effective noise multiplier for adaptive clipping.
+
+  Returns `(value_noise_multiplier, clipped_count_stddev)` such that the sum
+  and the clipped-count releases together are a Gaussian mechanism with the
+  effective `noise_multiplier` (1/z^2 = 1/z_v^2 + (2 sigma_b)^-2).
+  """
+  return differential_privacy.adaptive_clip_noise_params(
+      noise_multiplier, expected_clients_per_round, clipped_count_stddev)
+
+
+def as_weighted_aggregator(unweighted_factory):
+  """TFF's weighted wrapper of an unweighted factory (weights ignored)."""
+  return factory_utils.as_weighted_aggregator(unweighted_factory)

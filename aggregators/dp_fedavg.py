@@ -1,0 +1,105 @@
+"""DP-FedAvg aggregation (McMahan et al. 2018; Andrew et al. 2021), seeded.
+
+The same mechanisms as TFF's
+`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed` and
+`.gaussian_adaptive` (TFF's factory owns placement and transport; the query
+owns clipping and noise), with the queries of `dp_queries` so that noise is
+drawn from a seed kept in the aggregator state: runs are reproducible and a
+resumed run continues the same noise stream.
+
+Measurements (TFF's): `dp_query_metrics` (`clip`) and `dp`
+(the inner aggregation's measurements). The released DpEvent is kept in the
+state's `dp_event` (see `tff_dp.privacy.event_from_named_tuple`).
+"""
+
+import math
+from typing import Optional
+
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import dp_queries
+
+
+def _check(name: str, value, *, positive: bool) -> None:
+  ok = isinstance(value, (int, float)) and math.isfinite(value) and (
+      value > 0 if positive else value >= 0)
+  if not ok:
+    kind = '> 0' if positive else '>= 0'
+    raise ValueError(f'{name} must be a finite number {kind}. Found {value!r}.')
+
+
+def gaussian_fixed(noise_multiplier: float, clients_per_round: float,
+                   clip: float, *, seed: int = 0,
+                   record_aggregation_factory: Optional[
+                       tff.aggregators.UnweightedAggregationFactory] = None
+                   ) -> tff.aggregators.DifferentiallyPrivateFactory:
+  """DP-FedAvg with a fixed clip: mean of clipped updates plus Gaussian noise.
+
+  Each client's update is clipped to L2 norm `clip`; the sum gets
+  N(0, (noise_multiplier * clip)^2) noise and is divided by the expected
+  cohort size `clients_per_round` (a public constant, as Poisson sampling
+  requires).
+
+  Args:
+    noise_multiplier: Noise stddev over clip, >= 0.
+    clients_per_round: Expected clients per round (the denominator), > 0.
+    clip: L2 clipping norm, > 0.
+    seed: Seed of the noise.
+    record_aggregation_factory: Inner sum (default `tff.aggregators.
+      SumFactory`); `tff.aggregators.SecureSumFactory` for secure sum.
+
+  Raises:
+    ValueError: On a bad argument, naming it and its allowed range.
+  """
+  _check('noise_multiplier', noise_multiplier, positive=False)
+  _check('clients_per_round', clients_per_round, positive=True)
+  _check('clip', clip, positive=True)
+  query = tfp.NormalizedQuery(
+      dp_queries.SeededGaussianSumQuery(clip, clip * noise_multiplier, seed),
+      denominator=float(clients_per_round))
+  return tff.aggregators.DifferentiallyPrivateFactory(
+      query, record_aggregation_factory)
+
+
+def gaussian_adaptive(noise_multiplier: float, clients_per_round: float, *,
+                      initial_clip: float = 0.1,
+                      target_unclipped_quantile: float = 0.5,
+                      learning_rate: float = 0.2,
+                      clipped_count_stddev: Optional[float] = None,
+                      seed: int = 0,
+                      record_aggregation_factory: Optional[
+                          tff.aggregators.UnweightedAggregationFactory] = None
+                      ) -> tff.aggregators.DifferentiallyPrivateFactory:
+  """DP-FedAvg with the adaptive clip of Andrew et al. (2021).
+
+  The clip follows a private geometric quantile estimate of the update
+  norms. `noise_multiplier` is the *effective* multiplier of the round: it is
+  split between the sum and the clipped-count (TFF's
+  `adaptive_clip_noise_params`), so the released event, two Gaussians,
+  merges to `GaussianDpEvent(noise_multiplier)`.
+
+  Raises:
+    ValueError: On a bad argument, naming it and its allowed range.
+  """
+  _check('noise_multiplier', noise_multiplier, positive=False)
+  _check('clients_per_round', clients_per_round, positive=True)
+  _check('initial_clip', initial_clip, positive=True)
+  _check('learning_rate', learning_rate, positive=False)
+  if not 0 <= target_unclipped_quantile <= 1:
+    raise ValueError('target_unclipped_quantile must be in [0, 1]. Found '
+                     f'{target_unclipped_quantile!r}.')
+  if clipped_count_stddev is not None:
+    _check('clipped_count_stddev', clipped_count_stddev, positive=False)
+  value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
+      noise_multiplier, float(clients_per_round), clipped_count_stddev)
+  query = dp_queries.SeededQuantileAdaptiveClipSumQuery(
+      initial_l2_norm_clip=initial_clip, noise_multiplier=value_z,
+      target_unclipped_quantile=target_unclipped_quantile,
+      learning_rate=learning_rate, clipped_count_stddev=count_stddev,
+      expected_num_records=float(clients_per_round), geometric_update=True,
+      seed=seed)
+  query = tfp.NormalizedQuery(query, denominator=float(clients_per_round))
+  return tff.aggregators.DifferentiallyPrivateFactory(
+      query, record_aggregation_factory)

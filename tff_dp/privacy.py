@@ -1,0 +1,352 @@
+"""Privacy ledger: the DP events that actually ran, and their epsilon.
+
+Every round the training loop records the event the aggregator released
+(read from its state or declared by its factory). The ledger wraps it in the
+sampling event that matches the client sampling used and asks dp_accounting's
+RDP and PLD accountants for epsilon at the run's delta. Epsilon is never
+computed by hand.
+
+Several Gaussian releases on the same sampled cohort in one round (adaptive
+clipping's sum and clipped-count, CMP-Fed's two phases, DPSFL-AC's sketch and
+bit) are merged into one Gaussian with 1/z^2 = sum_i 1/z_i^2. This is exact:
+each release is a Gaussian mechanism of sensitivity 1 after scaling, and
+their composition is the Gaussian mechanism on the concatenated vector
+(mu-GDP with mu^2 = sum mu_i^2). It is needed because dp_accounting 0.4.3's
+PLD accountant rejects a sampled `ComposedDpEvent`; RDP accepts both forms
+and gives the same epsilon (tested).
+
+Sampling:
+* 'poisson': every client joins independently with probability q; the
+  neighbouring relation is add/remove one client; both accountants apply.
+* 'fixed': a uniformly random subset of m of the N clients; the matching
+  event is `SampledWithoutReplacementDpEvent`, which dp_accounting's RDP
+  accountant supports only under replace-one neighbouring (a stronger
+  guarantee's worth of epsilon, reported as such); the PLD accountant does not
+  support it, so `epsilon_pld` is NaN for fixed-size sampling.
+"""
+
+import dataclasses
+import itertools
+import json
+import math
+from typing import Any, Callable, Optional, Sequence
+
+import attr
+import dp_accounting
+from dp_accounting import pld
+from dp_accounting import rdp
+
+SAMPLING_MODES = ('poisson', 'fixed')
+_EVENT_TYPES = {
+    cls.__name__: cls for cls in (
+        dp_accounting.GaussianDpEvent, dp_accounting.LaplaceDpEvent,
+        dp_accounting.NoOpDpEvent, dp_accounting.NonPrivateDpEvent,
+        dp_accounting.ComposedDpEvent, dp_accounting.SelfComposedDpEvent,
+        dp_accounting.PoissonSampledDpEvent,
+        dp_accounting.SampledWithoutReplacementDpEvent,
+        dp_accounting.SampledWithReplacementDpEvent,
+        dp_accounting.UnsupportedDpEvent)
+}
+
+
+def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
+  """A JSON-able dict of a DpEvent (nested events included)."""
+  out = {'type': type(event).__name__}
+  for field in attr.fields(type(event)):
+    value = getattr(event, field.name)
+    if isinstance(value, dp_accounting.DpEvent):
+      value = event_to_dict(value)
+    elif isinstance(value, (list, tuple)):
+      value = [event_to_dict(v) for v in value]
+    out[field.name] = value
+  return out
+
+
+def event_from_dict(d: dict[str, Any]) -> dp_accounting.DpEvent:
+  """Inverse of `event_to_dict`."""
+  cls = _EVENT_TYPES.get(d['type'])
+  if cls is None:
+    raise ValueError(f'Unknown DpEvent type {d["type"]!r}.')
+  kwargs = {}
+  for field in attr.fields(cls):
+    value = d[field.name]
+    if isinstance(value, dict) and 'type' in value:
+      value = event_from_dict(value)
+    elif isinstance(value, list):
+      value = [event_from_dict(v) for v in value]
+    kwargs[field.name] = value
+  return cls(**kwargs)
+
+
+def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
+  """Converts TFF's stored `DpEvent.to_named_tuple()` value back to an event.
+
+  TFF's `DifferentiallyPrivateFactory` keeps the released event in its state
+  as `event.to_named_tuple()`; after execution it is a nested structure with
+  a `module_name` and `class_name` and the event's fields.
+  """
+  get = (lambda k: nt[k]) if isinstance(nt, dict) else (
+      lambda k: getattr(nt, k))
+  name = get('class_name')
+  name = name.decode() if isinstance(name, bytes) else str(name)
+  cls = _EVENT_TYPES.get(name)
+  if cls is None:
+    raise ValueError(f'Unknown DpEvent class {name!r}.')
+  kwargs = {}
+  for field in attr.fields(cls):
+    value = get(field.name)
+    if _looks_like_event(value):
+      value = event_from_named_tuple(value)
+    elif isinstance(value, (list, tuple)) and value and all(
+        _looks_like_event(v) for v in value):
+      value = [event_from_named_tuple(v) for v in value]
+    elif hasattr(value, 'item'):
+      value = value.item()
+    kwargs[field.name] = value
+  return cls(**kwargs)
+
+
+def _looks_like_event(value) -> bool:
+  if isinstance(value, dict):
+    return 'class_name' in value
+  return hasattr(value, 'class_name')
+
+
+def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  """Merges a composition of Gaussian events into one Gaussian (exact).
+
+  `ComposedDpEvent([Gaussian(z_1), ..., Gaussian(z_k)])` (nested, and with
+  `SelfComposedDpEvent` of Gaussians and `NoOpDpEvent`s) becomes
+  `Gaussian(z)` with 1/z^2 = sum 1/z_i^2. Other events are returned as is.
+  """
+  inverse_sq = _gaussian_inverse_square(event)
+  if inverse_sq is None:
+    return event
+  if inverse_sq == 0:
+    return dp_accounting.NoOpDpEvent()
+  return dp_accounting.GaussianDpEvent(1.0 / math.sqrt(inverse_sq))
+
+
+def _gaussian_inverse_square(event) -> Optional[float]:
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    z = float(event.noise_multiplier)
+    return math.inf if z == 0 else 1.0 / z**2
+  if isinstance(event, dp_accounting.NoOpDpEvent):
+    return 0.0
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    inner = _gaussian_inverse_square(event.event)
+    return None if inner is None else inner * event.count
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    parts = [_gaussian_inverse_square(e) for e in event.events]
+    return None if any(p is None for p in parts) else sum(parts)
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """How clients are sampled each round.
+
+  Attributes:
+    mode: 'poisson' (probability `rate` each) or 'fixed' (`clients_per_round`
+      uniformly without replacement).
+    num_clients: Size of the client population N.
+    rate: Poisson sampling probability q in (0, 1] (mode 'poisson').
+    clients_per_round: Cohort size m in [1, N] (mode 'fixed').
+  """
+  mode: str
+  num_clients: int
+  rate: Optional[float] = None
+  clients_per_round: Optional[int] = None
+
+  def __post_init__(self):
+    if self.mode not in SAMPLING_MODES:
+      raise ValueError(f'sampling mode must be one of {SAMPLING_MODES}. '
+                       f'Found {self.mode!r}.')
+    if not isinstance(self.num_clients, int) or self.num_clients < 1:
+      raise ValueError(
+          f'num_clients must be an integer >= 1. Found {self.num_clients!r}.')
+    if self.mode == 'poisson':
+      if self.rate is None or not 0 < self.rate <= 1:
+        raise ValueError('client_sampling_rate must be in (0, 1]. Found '
+                         f'{self.rate!r}.')
+    else:
+      m = self.clients_per_round
+      if not isinstance(m, int) or not 1 <= m <= self.num_clients:
+        raise ValueError(f'clients_per_round must be an integer in [1, '
+                         f'{self.num_clients}]. Found {m!r}.')
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    if self.mode == 'poisson':
+      return self.rate * self.num_clients
+    return float(self.clients_per_round)
+
+  def wrap(self, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """The round's event under this sampling (Gaussians merged first)."""
+    event = merge_gaussians(event)
+    if isinstance(event, dp_accounting.NoOpDpEvent):
+      return event
+    if self.mode == 'poisson':
+      return dp_accounting.PoissonSampledDpEvent(self.rate, event)
+    return dp_accounting.SampledWithoutReplacementDpEvent(
+        self.num_clients, self.clients_per_round, event)
+
+  def rdp_accountant(self) -> rdp.RdpAccountant:
+    relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+                if self.mode == 'poisson' else
+                dp_accounting.NeighboringRelation.REPLACE_ONE)
+    return rdp.RdpAccountant(neighboring_relation=relation)
+
+  def pld_accountant(self) -> Optional[pld.PLDAccountant]:
+    if self.mode == 'poisson':
+      return pld.PLDAccountant()
+    return None
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+class PrivacyLedger:
+  """The per-round DP events of a run and their (epsilon, delta) guarantee.
+
+  `record(event)` appends one round's released event (unsampled); the ledger
+  applies the sampling. `epsilon()` composes every recorded round with both
+  accountants. State round-trips through `to_json`/`from_json` so a resumed
+  run continues the same ledger.
+  """
+
+  def __init__(self, sampling: Sampling, delta: float):
+    if not 0 < delta < 1:
+      raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+    self.sampling = sampling
+    self.delta = float(delta)
+    self._events: list[dp_accounting.DpEvent] = []
+    self._cache: dict[int, tuple[float, float]] = {}
+
+  @property
+  def rounds(self) -> int:
+    return len(self._events)
+
+  @property
+  def events(self) -> list[dp_accounting.DpEvent]:
+    """The recorded per-round events, sampling applied."""
+    return list(self._events)
+
+  def record(self, event: dp_accounting.DpEvent) -> None:
+    """Records one round's released (unsampled) event."""
+    if not isinstance(event, dp_accounting.DpEvent):
+      raise TypeError(f'Expected a DpEvent. Found {type(event)!r}.')
+    self._events.append(self.sampling.wrap(event))
+
+  def composed_event(self) -> dp_accounting.DpEvent:
+    """All rounds as one event; runs of equal rounds are self-composed."""
+    parts = []
+    for event, group in itertools.groupby(self._events):
+      n = len(list(group))
+      parts.append(event if n == 1 else
+                   dp_accounting.SelfComposedDpEvent(event, n))
+    return dp_accounting.ComposedDpEvent(parts)
+
+  def epsilon(self) -> tuple[float, float]:
+    """(epsilon from RDP, epsilon from PLD) at `delta`; PLD NaN if unsupported.
+
+    A run with no private round (only NoOp events) has epsilon 0; one with
+    a non-private event has epsilon inf.
+    """
+    key = len(self._events)
+    if key not in self._cache:
+      self._cache = {key: epsilon_of(self.composed_event(), self.sampling,
+                                     self.delta)}
+    return self._cache[key]
+
+  def to_json(self) -> str:
+    return json.dumps({
+        'sampling': self.sampling.to_dict(), 'delta': self.delta,
+        'events': [event_to_dict(e) for e in self._events]})
+
+  @classmethod
+  def from_json(cls, text: str) -> 'PrivacyLedger':
+    d = json.loads(text)
+    ledger = cls(Sampling(**d['sampling']), d['delta'])
+    ledger._events = [event_from_dict(e) for e in d['events']]
+    return ledger
+
+
+def epsilon_of(event: dp_accounting.DpEvent, sampling: Sampling,
+               delta: float) -> tuple[float, float]:
+  """(RDP epsilon, PLD epsilon) of an already-sampled event at `delta`."""
+  accountant = sampling.rdp_accountant()
+  if not accountant.supports(event):
+    raise dp_accounting.UnsupportedEventError(
+        f'The RDP accountant does not support {event}.')
+  eps_rdp = accountant.compose(event).get_epsilon(delta)
+  eps_pld = math.nan
+  accountant = sampling.pld_accountant()
+  if accountant is not None and accountant.supports(event):
+    eps_pld = accountant.compose(event).get_epsilon(delta)
+  return float(eps_rdp), float(eps_pld)
+
+
+def calibrate_noise_multiplier(
+    target_epsilon: float, delta: float, rounds: int, sampling: Sampling, *,
+    round_event_fn: Callable[[float], dp_accounting.DpEvent] = (
+        dp_accounting.GaussianDpEvent),
+    accountant: str = 'rdp') -> float:
+  """Smallest noise multiplier whose `rounds` rounds meet (epsilon, delta).
+
+  Args:
+    target_epsilon: Target epsilon, > 0.
+    delta: Target delta, in (0, 1).
+    rounds: Number of rounds, >= 1.
+    sampling: The client sampling.
+    round_event_fn: Maps the noise multiplier to one round's (unsampled)
+      event, e.g. two Gaussians for a two-phase mechanism.
+    accountant: 'rdp' or 'pld' (PLD needs Poisson sampling).
+
+  Raises:
+    ValueError: On bad arguments.
+  """
+  if not target_epsilon > 0 or not math.isfinite(target_epsilon):
+    raise ValueError(
+        f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.')
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
+  if accountant not in ('rdp', 'pld'):
+    raise ValueError(f"accountant must be 'rdp' or 'pld'. Found {accountant!r}.")
+  if accountant == 'pld' and sampling.mode != 'poisson':
+    raise ValueError('The PLD accountant supports Poisson sampling only; use '
+                     "accountant='rdp' with fixed-size sampling.")
+  def event_fn(z):
+    return dp_accounting.SelfComposedDpEvent(sampling.wrap(round_event_fn(z)),
+                                             rounds)
+
+  z_rdp = float(dp_accounting.calibrate_dp_mechanism(
+      sampling.rdp_accountant, event_fn, target_epsilon, delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
+      tol=1e-4))
+  if accountant == 'rdp':
+    return z_rdp
+  # PLD is tighter than RDP, so its multiplier is below z_rdp. Search a
+  # bracket below it: PLDs of very small multipliers exhaust memory.
+  upper = z_rdp
+  for _ in range(6):
+    lower = upper / 2
+    eps_lower = pld_epsilon(event_fn(lower), delta)
+    if eps_lower > target_epsilon:
+      return float(dp_accounting.calibrate_dp_mechanism(
+          sampling.pld_accountant, event_fn, target_epsilon, delta,
+          bracket_interval=dp_accounting.ExplicitBracketInterval(lower,
+                                                                 upper),
+          tol=1e-4))
+    upper = lower
+  raise ValueError('PLD calibration found no bracket; use the RDP accountant.')
+
+
+def pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
+  return float(pld.PLDAccountant().compose(event).get_epsilon(delta))
+
+
+def describe(events: Sequence[dp_accounting.DpEvent]) -> str:
+  return '; '.join(str(e) for e in events)
