@@ -11,9 +11,11 @@ from tensorflow_federated.python.aggregators import factory_utils
 DPAggregatorState = differential_privacy.DPAggregatorState
 
 
-def adaptive_clip_noise_params(noise_multiplier: float,
-                               expected_clients_per_round: float,
-                               clipped_count_stddev=None):
+def adaptive_clip_noise_params(
+  noise_multiplier: float,
+  expected_clients_per_round: float,
+  clipped_count_stddev=None,
+):
   """TFF's split of an effective noise multiplier for adaptive clipping.
 
   Returns `(value_noise_multiplier, clipped_count_stddev)` such that the sum
@@ -21,7 +23,8 @@ def adaptive_clip_noise_params(noise_multiplier: float,
   effective `noise_multiplier` (1/z^2 = 1/z_v^2 + (2 sigma_b)^-2).
   """
   return differential_privacy.adaptive_clip_noise_params(
-      noise_multiplier, expected_clients_per_round, clipped_count_stddev)
+    noise_multiplier, expected_clients_per_round, clipped_count_stddev
+  )
 
 
 def as_weighted_aggregator(unweighted_factory):

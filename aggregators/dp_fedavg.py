@@ -23,18 +23,26 @@ from tff_dp.aggregators import dp_queries
 
 
 def _check(name: str, value, *, positive: bool) -> None:
-  ok = isinstance(value, (int, float)) and math.isfinite(value) and (
-      value > 0 if positive else value >= 0)
+  ok = (
+    isinstance(value, (int, float))
+    and math.isfinite(value)
+    and (value > 0 if positive else value >= 0)
+  )
   if not ok:
     kind = '> 0' if positive else '>= 0'
     raise ValueError(f'{name} must be a finite number {kind}. Found {value!r}.')
 
 
-def gaussian_fixed(noise_multiplier: float, clients_per_round: float,
-                   clip: float, *, seed: int = 0,
-                   record_aggregation_factory: Optional[
-                       tff.aggregators.UnweightedAggregationFactory] = None
-                   ) -> tff.aggregators.DifferentiallyPrivateFactory:
+def gaussian_fixed(
+  noise_multiplier: float,
+  clients_per_round: float,
+  clip: float,
+  *,
+  seed: int = 0,
+  record_aggregation_factory: Optional[
+    tff.aggregators.UnweightedAggregationFactory
+  ] = None,
+) -> tff.aggregators.DifferentiallyPrivateFactory:
   """DP-FedAvg with a fixed clip: mean of clipped updates plus Gaussian noise.
 
   Each client's update is clipped to L2 norm `clip`; the sum gets
@@ -57,21 +65,27 @@ def gaussian_fixed(noise_multiplier: float, clients_per_round: float,
   _check('clients_per_round', clients_per_round, positive=True)
   _check('clip', clip, positive=True)
   query = tfp.NormalizedQuery(
-      dp_queries.SeededGaussianSumQuery(clip, clip * noise_multiplier, seed),
-      denominator=float(clients_per_round))
+    dp_queries.SeededGaussianSumQuery(clip, clip * noise_multiplier, seed),
+    denominator=float(clients_per_round),
+  )
   return tff.aggregators.DifferentiallyPrivateFactory(
-      query, record_aggregation_factory)
+    query, record_aggregation_factory
+  )
 
 
-def gaussian_adaptive(noise_multiplier: float, clients_per_round: float, *,
-                      initial_clip: float = 0.1,
-                      target_unclipped_quantile: float = 0.5,
-                      learning_rate: float = 0.2,
-                      clipped_count_stddev: Optional[float] = None,
-                      seed: int = 0,
-                      record_aggregation_factory: Optional[
-                          tff.aggregators.UnweightedAggregationFactory] = None
-                      ) -> tff.aggregators.DifferentiallyPrivateFactory:
+def gaussian_adaptive(
+  noise_multiplier: float,
+  clients_per_round: float,
+  *,
+  initial_clip: float = 0.1,
+  target_unclipped_quantile: float = 0.5,
+  learning_rate: float = 0.2,
+  clipped_count_stddev: Optional[float] = None,
+  seed: int = 0,
+  record_aggregation_factory: Optional[
+    tff.aggregators.UnweightedAggregationFactory
+  ] = None,
+) -> tff.aggregators.DifferentiallyPrivateFactory:
   """DP-FedAvg with the adaptive clip of Andrew et al. (2021).
 
   The clip follows a private geometric quantile estimate of the update
@@ -88,18 +102,26 @@ def gaussian_adaptive(noise_multiplier: float, clients_per_round: float, *,
   _check('initial_clip', initial_clip, positive=True)
   _check('learning_rate', learning_rate, positive=False)
   if not 0 <= target_unclipped_quantile <= 1:
-    raise ValueError('target_unclipped_quantile must be in [0, 1]. Found '
-                     f'{target_unclipped_quantile!r}.')
+    raise ValueError(
+      'target_unclipped_quantile must be in [0, 1]. Found '
+      f'{target_unclipped_quantile!r}.'
+    )
   if clipped_count_stddev is not None:
     _check('clipped_count_stddev', clipped_count_stddev, positive=False)
   value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
-      noise_multiplier, float(clients_per_round), clipped_count_stddev)
+    noise_multiplier, float(clients_per_round), clipped_count_stddev
+  )
   query = dp_queries.SeededQuantileAdaptiveClipSumQuery(
-      initial_l2_norm_clip=initial_clip, noise_multiplier=value_z,
-      target_unclipped_quantile=target_unclipped_quantile,
-      learning_rate=learning_rate, clipped_count_stddev=count_stddev,
-      expected_num_records=float(clients_per_round), geometric_update=True,
-      seed=seed)
+    initial_l2_norm_clip=initial_clip,
+    noise_multiplier=value_z,
+    target_unclipped_quantile=target_unclipped_quantile,
+    learning_rate=learning_rate,
+    clipped_count_stddev=count_stddev,
+    expected_num_records=float(clients_per_round),
+    geometric_update=True,
+    seed=seed,
+  )
   query = tfp.NormalizedQuery(query, denominator=float(clients_per_round))
   return tff.aggregators.DifferentiallyPrivateFactory(
-      query, record_aggregation_factory)
+    query, record_aggregation_factory
+  )

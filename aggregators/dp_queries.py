@@ -49,8 +49,11 @@ def add_stateless_gaussian_noise(structure, stddev, seed):
   noised = []
   for i, v in enumerate(flat):
     noise = tf.random.stateless_normal(
-        tf.shape(v), seed=seeds[i], stddev=tf.cast(stddev, tf.float32),
-        dtype=tf.float32)
+      tf.shape(v),
+      seed=seeds[i],
+      stddev=tf.cast(stddev, tf.float32),
+      dtype=tf.float32,
+    )
     noised.append(v + tf.cast(noise, v.dtype))
   return tf.nest.pack_sequence_as(structure, noised)
 
@@ -59,7 +62,8 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   """`tfp.GaussianSumQuery` with noise from a stateless seed in its state."""
 
   _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
-      '_GlobalState', ['l2_norm_clip', 'stddev', 'seed'])
+    '_GlobalState', ['l2_norm_clip', 'stddev', 'seed']
+  )
 
   def __init__(self, l2_norm_clip: float, stddev: float, seed: SeedLike):
     super().__init__(l2_norm_clip, stddev)
@@ -68,39 +72,59 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
 
   def make_global_state(self, l2_norm_clip, stddev, seed=None):
     return self._GlobalState(
-        tf.cast(l2_norm_clip, tf.float32), tf.cast(stddev, tf.float32),
-        _seed_tensor(self._seed) if seed is None else seed)
+      tf.cast(l2_norm_clip, tf.float32),
+      tf.cast(stddev, tf.float32),
+      _seed_tensor(self._seed) if seed is None else seed,
+    )
 
   def initial_global_state(self):
     return self.make_global_state(self._l2_norm_clip, self._stddev)
 
   def get_noised_result(self, sample_state, global_state):
     seeds = tf.random.experimental.stateless_split(global_state.seed, num=2)
-    result = add_stateless_gaussian_noise(sample_state, global_state.stddev,
-                                          seeds[0])
+    result = add_stateless_gaussian_noise(
+      sample_state, global_state.stddev, seeds[0]
+    )
     event = dp_accounting.GaussianDpEvent(
-        global_state.stddev / global_state.l2_norm_clip)
+      global_state.stddev / global_state.l2_norm_clip
+    )
     return result, global_state._replace(seed=seeds[1]), event
 
 
 class SeededQuantileEstimatorQuery(tfp.QuantileEstimatorQuery):
   """`tfp.QuantileEstimatorQuery` whose below-estimate count is seeded."""
 
-  def __init__(self, initial_estimate, target_quantile, learning_rate,
-               below_estimate_stddev, expected_num_records,
-               geometric_update=True, *, seed: SeedLike):
+  def __init__(
+    self,
+    initial_estimate,
+    target_quantile,
+    learning_rate,
+    below_estimate_stddev,
+    expected_num_records,
+    geometric_update=True,
+    *,
+    seed: SeedLike,
+  ):
     self._seed = seed  # Read by _construct_below_estimate_query.
-    super().__init__(initial_estimate, target_quantile, learning_rate,
-                     below_estimate_stddev, expected_num_records,
-                     geometric_update)
+    super().__init__(
+      initial_estimate,
+      target_quantile,
+      learning_rate,
+      below_estimate_stddev,
+      expected_num_records,
+      geometric_update,
+    )
 
-  def _construct_below_estimate_query(self, below_estimate_stddev,
-                                      expected_num_records):
+  def _construct_below_estimate_query(
+    self, below_estimate_stddev, expected_num_records
+  ):
     # As in tfp: indicators shifted by -0.5, so the sensitivity is 0.5.
     return tfp.NormalizedQuery(
-        SeededGaussianSumQuery(l2_norm_clip=0.5, stddev=below_estimate_stddev,
-                               seed=self._seed),
-        denominator=expected_num_records)
+      SeededGaussianSumQuery(
+        l2_norm_clip=0.5, stddev=below_estimate_stddev, seed=self._seed
+      ),
+      denominator=expected_num_records,
+    )
 
 
 class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
@@ -110,34 +134,58 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
   `(seed, 0)` and `(seed, 1)`.
   """
 
-  def __init__(self, initial_l2_norm_clip, noise_multiplier,
-               target_unclipped_quantile, learning_rate,
-               clipped_count_stddev, expected_num_records,
-               geometric_update=True, *, seed: int):
-    super().__init__(initial_l2_norm_clip, noise_multiplier,
-                     target_unclipped_quantile, learning_rate,
-                     clipped_count_stddev, expected_num_records,
-                     geometric_update)
+  def __init__(
+    self,
+    initial_l2_norm_clip,
+    noise_multiplier,
+    target_unclipped_quantile,
+    learning_rate,
+    clipped_count_stddev,
+    expected_num_records,
+    geometric_update=True,
+    *,
+    seed: int,
+  ):
+    super().__init__(
+      initial_l2_norm_clip,
+      noise_multiplier,
+      target_unclipped_quantile,
+      learning_rate,
+      clipped_count_stddev,
+      expected_num_records,
+      geometric_update,
+    )
     self._quantile_estimator_query = SeededQuantileEstimatorQuery(
-        initial_l2_norm_clip, target_unclipped_quantile, learning_rate,
-        clipped_count_stddev, expected_num_records, geometric_update,
-        seed=(seed, 1))
+      initial_l2_norm_clip,
+      target_unclipped_quantile,
+      learning_rate,
+      clipped_count_stddev,
+      expected_num_records,
+      geometric_update,
+      seed=(seed, 1),
+    )
     self._sum_query = SeededGaussianSumQuery(
-        initial_l2_norm_clip, noise_multiplier * initial_l2_norm_clip,
-        seed=(seed, 0))
+      initial_l2_norm_clip,
+      noise_multiplier * initial_l2_norm_clip,
+      seed=(seed, 0),
+    )
 
   def get_noised_result(self, sample_state, global_state):
     noised, sum_state, sum_event = self._sum_query.get_noised_result(
-        sample_state.sum_state, global_state.sum_state)
+      sample_state.sum_state, global_state.sum_state
+    )
     new_clip, new_estimator_state, quantile_event = (
-        self._quantile_estimator_query.get_noised_result(
-            sample_state.quantile_estimator_state,
-            global_state.quantile_estimator_state))
+      self._quantile_estimator_query.get_noised_result(
+        sample_state.quantile_estimator_state,
+        global_state.quantile_estimator_state,
+      )
+    )
     new_clip = tf.maximum(new_clip, 0.0)
     new_sum_state = sum_state._replace(
-        l2_norm_clip=new_clip,
-        stddev=new_clip * global_state.noise_multiplier)
+      l2_norm_clip=new_clip, stddev=new_clip * global_state.noise_multiplier
+    )
     new_global_state = self._GlobalState(
-        global_state.noise_multiplier, new_sum_state, new_estimator_state)
+      global_state.noise_multiplier, new_sum_state, new_estimator_state
+    )
     event = dp_accounting.ComposedDpEvent([sum_event, quantile_event])
     return noised, new_global_state, event

@@ -32,17 +32,26 @@ def machine() -> str:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  return (f'{platform.machine()}, {os.cpu_count()} cores, Python '
-          f'{platform.python_version()}, TF {tf.__version__}, TFF '
-          f'{tff.__version__}')
+  return (
+    f'{platform.machine()}, {os.cpu_count()} cores, Python '
+    f'{platform.python_version()}, TF {tf.__version__}, TFF '
+    f'{tff.__version__}'
+  )
 
 
 def today() -> str:
   return datetime.date.today().isoformat()
 
 
-def update(md_path: str, name: str, row: dict[str, Any], *, title: str,
-           columns: Sequence[str], notes: str = '') -> None:
+def update(
+  md_path: str,
+  name: str,
+  row: dict[str, Any],
+  *,
+  title: str,
+  columns: Sequence[str],
+  notes: str = '',
+) -> None:
   """Inserts or replaces row `name` and rewrites the markdown table."""
   md = pathlib.Path(md_path)
   store = md.with_suffix('.json')

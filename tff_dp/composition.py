@@ -14,25 +14,30 @@ import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
 
-AggregationFactory = Union[tff.aggregators.WeightedAggregationFactory,
-                           tff.aggregators.UnweightedAggregationFactory]
+AggregationFactory = Union[
+  tff.aggregators.WeightedAggregationFactory,
+  tff.aggregators.UnweightedAggregationFactory,
+]
 
 
 def initial_model_weights_computation(model_fn: Callable[[], object]):
   @tff.tensorflow.computation
   def initial_model_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
+
   return initial_model_weights_fn
 
 
 def build_learning_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel], *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    model_aggregator: Optional[AggregationFactory] = None,
-    client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_ITERATOR),
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  client_optimizer: tff.learning.optimizers.Optimizer,
+  server_optimizer: tff.learning.optimizers.Optimizer,
+  model_aggregator: Optional[AggregationFactory] = None,
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_ITERATOR
+  ),
 ) -> tff.learning.templates.LearningProcess:
   """Composes (distributor, client work, aggregator, finalizer).
 
@@ -52,29 +57,36 @@ def build_learning_process(
   """
   if model_aggregator is None:
     model_aggregator = tff.aggregators.MeanFactory()
-  unweighted = isinstance(model_aggregator,
-                          tff.aggregators.UnweightedAggregationFactory)
+  unweighted = isinstance(
+    model_aggregator, tff.aggregators.UnweightedAggregationFactory
+  )
   if unweighted:
     weighted_factory = _tff_private.as_weighted_aggregator(model_aggregator)
     weighting = tff.learning.ClientWeighting.UNIFORM
-  elif isinstance(model_aggregator,
-                  tff.aggregators.WeightedAggregationFactory):
+  elif isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
     weighted_factory = model_aggregator
     weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
   else:
-    raise TypeError('model_aggregator must be a tff.aggregators weighted or '
-                    f'unweighted factory. Found {type(model_aggregator)!r}.')
+    raise TypeError(
+      'model_aggregator must be a tff.aggregators weighted or '
+      f'unweighted factory. Found {type(model_aggregator)!r}.'
+    )
   initial_fn = initial_model_weights_computation(model_fn)
   weights_type = initial_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
   if client_work is None:
     client_work = tff.learning.templates.build_model_delta_client_work(
-        model_fn=model_fn, optimizer=client_optimizer,
-        client_weighting=weighting,
-        loop_implementation=loop_implementation)
-  aggregator = weighted_factory.create(weights_type.trainable,
-                                       tff.TensorType(np.float32))
+      model_fn=model_fn,
+      optimizer=client_optimizer,
+      client_weighting=weighting,
+      loop_implementation=loop_implementation,
+    )
+  aggregator = weighted_factory.create(
+    weights_type.trainable, tff.TensorType(np.float32)
+  )
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
+    server_optimizer, weights_type
+  )
   return tff.learning.templates.compose_learning_process(
-      initial_fn, distributor, client_work, aggregator, finalizer)
+    initial_fn, distributor, client_work, aggregator, finalizer
+  )

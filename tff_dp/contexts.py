@@ -20,8 +20,12 @@ def set_simulation_context(max_concurrent_computation_calls: int = -1) -> None:
     ValueError: If the cap is 0 or below -1.
   """
   if max_concurrent_computation_calls == 0 or (
-      max_concurrent_computation_calls < -1):
-    raise ValueError('max_concurrent_computation_calls must be -1 (no cap) or '
-                     f'>= 1. Found {max_concurrent_computation_calls!r}.')
+    max_concurrent_computation_calls < -1
+  ):
+    raise ValueError(
+      'max_concurrent_computation_calls must be -1 (no cap) or '
+      f'>= 1. Found {max_concurrent_computation_calls!r}.'
+    )
   tff.backends.test.set_sync_test_cpp_execution_context(
-      max_concurrent_computation_calls=max_concurrent_computation_calls)
+    max_concurrent_computation_calls=max_concurrent_computation_calls
+  )

@@ -38,14 +38,19 @@ from dp_accounting import rdp
 
 SAMPLING_MODES = ('poisson', 'fixed')
 _EVENT_TYPES = {
-    cls.__name__: cls for cls in (
-        dp_accounting.GaussianDpEvent, dp_accounting.LaplaceDpEvent,
-        dp_accounting.NoOpDpEvent, dp_accounting.NonPrivateDpEvent,
-        dp_accounting.ComposedDpEvent, dp_accounting.SelfComposedDpEvent,
-        dp_accounting.PoissonSampledDpEvent,
-        dp_accounting.SampledWithoutReplacementDpEvent,
-        dp_accounting.SampledWithReplacementDpEvent,
-        dp_accounting.UnsupportedDpEvent)
+  cls.__name__: cls
+  for cls in (
+    dp_accounting.GaussianDpEvent,
+    dp_accounting.LaplaceDpEvent,
+    dp_accounting.NoOpDpEvent,
+    dp_accounting.NonPrivateDpEvent,
+    dp_accounting.ComposedDpEvent,
+    dp_accounting.SelfComposedDpEvent,
+    dp_accounting.PoissonSampledDpEvent,
+    dp_accounting.SampledWithoutReplacementDpEvent,
+    dp_accounting.SampledWithReplacementDpEvent,
+    dp_accounting.UnsupportedDpEvent,
+  )
 }
 
 
@@ -85,8 +90,9 @@ def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
   as `event.to_named_tuple()`; after execution it is a nested structure with
   a `module_name` and `class_name` and the event's fields.
   """
-  get = (lambda k: nt[k]) if isinstance(nt, dict) else (
-      lambda k: getattr(nt, k))
+  get = (
+    (lambda k: nt[k]) if isinstance(nt, dict) else (lambda k: getattr(nt, k))
+  )
   name = get('class_name')
   name = name.decode() if isinstance(name, bytes) else str(name)
   cls = _EVENT_TYPES.get(name)
@@ -97,8 +103,11 @@ def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
     value = get(field.name)
     if _looks_like_event(value):
       value = event_from_named_tuple(value)
-    elif isinstance(value, (list, tuple)) and value and all(
-        _looks_like_event(v) for v in value):
+    elif (
+      isinstance(value, (list, tuple))
+      and value
+      and all(_looks_like_event(v) for v in value)
+    ):
       value = [event_from_named_tuple(v) for v in value]
     elif hasattr(value, 'item'):
       value = value.item()
@@ -153,6 +162,7 @@ class Sampling:
     rate: Poisson sampling probability q in (0, 1] (mode 'poisson').
     clients_per_round: Cohort size m in [1, N] (mode 'fixed').
   """
+
   mode: str
   num_clients: int
   rate: Optional[float] = None
@@ -160,20 +170,26 @@ class Sampling:
 
   def __post_init__(self):
     if self.mode not in SAMPLING_MODES:
-      raise ValueError(f'sampling mode must be one of {SAMPLING_MODES}. '
-                       f'Found {self.mode!r}.')
+      raise ValueError(
+        f'sampling mode must be one of {SAMPLING_MODES}. '
+        f'Found {self.mode!r}.'
+      )
     if not isinstance(self.num_clients, int) or self.num_clients < 1:
       raise ValueError(
-          f'num_clients must be an integer >= 1. Found {self.num_clients!r}.')
+        f'num_clients must be an integer >= 1. Found {self.num_clients!r}.'
+      )
     if self.mode == 'poisson':
       if self.rate is None or not 0 < self.rate <= 1:
-        raise ValueError('client_sampling_rate must be in (0, 1]. Found '
-                         f'{self.rate!r}.')
+        raise ValueError(
+          'client_sampling_rate must be in (0, 1]. Found ' f'{self.rate!r}.'
+        )
     else:
       m = self.clients_per_round
       if not isinstance(m, int) or not 1 <= m <= self.num_clients:
-        raise ValueError(f'clients_per_round must be an integer in [1, '
-                         f'{self.num_clients}]. Found {m!r}.')
+        raise ValueError(
+          f'clients_per_round must be an integer in [1, '
+          f'{self.num_clients}]. Found {m!r}.'
+        )
 
   @property
   def expected_clients_per_round(self) -> float:
@@ -189,12 +205,15 @@ class Sampling:
     if self.mode == 'poisson':
       return dp_accounting.PoissonSampledDpEvent(self.rate, event)
     return dp_accounting.SampledWithoutReplacementDpEvent(
-        self.num_clients, self.clients_per_round, event)
+      self.num_clients, self.clients_per_round, event
+    )
 
   def rdp_accountant(self) -> rdp.RdpAccountant:
-    relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-                if self.mode == 'poisson' else
-                dp_accounting.NeighboringRelation.REPLACE_ONE)
+    relation = (
+      dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+      if self.mode == 'poisson'
+      else dp_accounting.NeighboringRelation.REPLACE_ONE
+    )
     return rdp.RdpAccountant(neighboring_relation=relation)
 
   def pld_accountant(self) -> Optional[pld.PLDAccountant]:
@@ -243,8 +262,9 @@ class PrivacyLedger:
     parts = []
     for event, group in itertools.groupby(self._events):
       n = len(list(group))
-      parts.append(event if n == 1 else
-                   dp_accounting.SelfComposedDpEvent(event, n))
+      parts.append(
+        event if n == 1 else dp_accounting.SelfComposedDpEvent(event, n)
+      )
     return dp_accounting.ComposedDpEvent(parts)
 
   def epsilon(self) -> tuple[float, float]:
@@ -255,14 +275,19 @@ class PrivacyLedger:
     """
     key = len(self._events)
     if key not in self._cache:
-      self._cache = {key: epsilon_of(self.composed_event(), self.sampling,
-                                     self.delta)}
+      self._cache = {
+        key: epsilon_of(self.composed_event(), self.sampling, self.delta)
+      }
     return self._cache[key]
 
   def to_json(self) -> str:
-    return json.dumps({
-        'sampling': self.sampling.to_dict(), 'delta': self.delta,
-        'events': [event_to_dict(e) for e in self._events]})
+    return json.dumps(
+      {
+        'sampling': self.sampling.to_dict(),
+        'delta': self.delta,
+        'events': [event_to_dict(e) for e in self._events],
+      }
+    )
 
   @classmethod
   def from_json(cls, text: str) -> 'PrivacyLedger':
@@ -272,13 +297,15 @@ class PrivacyLedger:
     return ledger
 
 
-def epsilon_of(event: dp_accounting.DpEvent, sampling: Sampling,
-               delta: float) -> tuple[float, float]:
+def epsilon_of(
+  event: dp_accounting.DpEvent, sampling: Sampling, delta: float
+) -> tuple[float, float]:
   """(RDP epsilon, PLD epsilon) of an already-sampled event at `delta`."""
   accountant = sampling.rdp_accountant()
   if not accountant.supports(event):
     raise dp_accounting.UnsupportedEventError(
-        f'The RDP accountant does not support {event}.')
+      f'The RDP accountant does not support {event}.'
+    )
   eps_rdp = accountant.compose(event).get_epsilon(delta)
   eps_pld = math.nan
   accountant = sampling.pld_accountant()
@@ -288,10 +315,16 @@ def epsilon_of(event: dp_accounting.DpEvent, sampling: Sampling,
 
 
 def calibrate_noise_multiplier(
-    target_epsilon: float, delta: float, rounds: int, sampling: Sampling, *,
-    round_event_fn: Callable[[float], dp_accounting.DpEvent] = (
-        dp_accounting.GaussianDpEvent),
-    accountant: str = 'rdp') -> float:
+  target_epsilon: float,
+  delta: float,
+  rounds: int,
+  sampling: Sampling,
+  *,
+  round_event_fn: Callable[[float], dp_accounting.DpEvent] = (
+    dp_accounting.GaussianDpEvent
+  ),
+  accountant: str = 'rdp',
+) -> float:
   """Smallest noise multiplier whose `rounds` rounds meet (epsilon, delta).
 
   Args:
@@ -308,24 +341,37 @@ def calibrate_noise_multiplier(
   """
   if not target_epsilon > 0 or not math.isfinite(target_epsilon):
     raise ValueError(
-        f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.')
+      f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.'
+    )
   if not 0 < delta < 1:
     raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
   if not isinstance(rounds, int) or rounds < 1:
     raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
   if accountant not in ('rdp', 'pld'):
-    raise ValueError(f"accountant must be 'rdp' or 'pld'. Found {accountant!r}.")
+    raise ValueError(
+      f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
+    )
   if accountant == 'pld' and sampling.mode != 'poisson':
-    raise ValueError('The PLD accountant supports Poisson sampling only; use '
-                     "accountant='rdp' with fixed-size sampling.")
-  def event_fn(z):
-    return dp_accounting.SelfComposedDpEvent(sampling.wrap(round_event_fn(z)),
-                                             rounds)
+    raise ValueError(
+      'The PLD accountant supports Poisson sampling only; use '
+      "accountant='rdp' with fixed-size sampling."
+    )
 
-  z_rdp = float(dp_accounting.calibrate_dp_mechanism(
-      sampling.rdp_accountant, event_fn, target_epsilon, delta,
+  def event_fn(z):
+    return dp_accounting.SelfComposedDpEvent(
+      sampling.wrap(round_event_fn(z)), rounds
+    )
+
+  z_rdp = float(
+    dp_accounting.calibrate_dp_mechanism(
+      sampling.rdp_accountant,
+      event_fn,
+      target_epsilon,
+      delta,
       bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
-      tol=1e-4))
+      tol=1e-4,
+    )
+  )
   if accountant == 'rdp':
     return z_rdp
   # PLD is tighter than RDP, so its multiplier is below z_rdp. Search a
@@ -335,11 +381,16 @@ def calibrate_noise_multiplier(
     lower = upper / 2
     eps_lower = pld_epsilon(event_fn(lower), delta)
     if eps_lower > target_epsilon:
-      return float(dp_accounting.calibrate_dp_mechanism(
-          sampling.pld_accountant, event_fn, target_epsilon, delta,
-          bracket_interval=dp_accounting.ExplicitBracketInterval(lower,
-                                                                 upper),
-          tol=1e-4))
+      return float(
+        dp_accounting.calibrate_dp_mechanism(
+          sampling.pld_accountant,
+          event_fn,
+          target_epsilon,
+          delta,
+          bracket_interval=dp_accounting.ExplicitBracketInterval(lower, upper),
+          tol=1e-4,
+        )
+      )
     upper = lower
   raise ValueError('PLD calibration found no bracket; use the RDP accountant.')
 

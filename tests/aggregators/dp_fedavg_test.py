@@ -25,14 +25,16 @@ def test_zero_noise_exact_clipped_mean():
   # Client 2: [0.1, 0, 0] has norm 0.1 <= 1: kept.
   # Sum [0.7, 0.8, 0] over the expected 4 clients: [0.175, 0.2, 0].
   factory = dp_fedavg.gaussian_fixed(0.0, clients_per_round=4, clip=1.0)
-  out, = _run(factory, [np.array([3, 4, 0], np.float32),
-                        np.array([0.1, 0, 0], np.float32)])
+  (out,) = _run(
+    factory,
+    [np.array([3, 4, 0], np.float32), np.array([0.1, 0, 0], np.float32)],
+  )
   np.testing.assert_allclose(out.result, [0.175, 0.2, 0.0], rtol=1e-6)
 
 
 def test_event_in_state_is_gaussian():
   factory = dp_fedavg.gaussian_fixed(1.5, clients_per_round=2, clip=0.5)
-  out, = _run(factory, [np.ones(3, np.float32)])
+  (out,) = _run(factory, [np.ones(3, np.float32)])
   event = privacy.event_from_named_tuple(out.state.dp_event)
   assert isinstance(event, dp_accounting.GaussianDpEvent)
   assert event.noise_multiplier == pytest.approx(1.5)
@@ -40,8 +42,7 @@ def test_event_in_state_is_gaussian():
 
 def test_noise_std_and_seeded_reproducibility():
   z, clip, n = 2.0, 0.5, 1
-  factory = dp_fedavg.gaussian_fixed(z, clients_per_round=n, clip=clip,
-                                     seed=7)
+  factory = dp_fedavg.gaussian_fixed(z, clients_per_round=n, clip=clip, seed=7)
   outs = _run(factory, [np.zeros(3, np.float32)], rounds=300)
   noise = np.stack([o.result for o in outs]).ravel()
   # 900 draws of N(0, (z * clip / n)^2) = N(0, 1): the sample std is within
@@ -51,43 +52,65 @@ def test_noise_std_and_seeded_reproducibility():
   # Every round draws fresh noise ...
   assert not np.allclose(outs[0].result, outs[1].result)
   # ... and the same seed gives the same stream.
-  again = _run(dp_fedavg.gaussian_fixed(z, n, clip, seed=7),
-               [np.zeros(3, np.float32)], rounds=3)
+  again = _run(
+    dp_fedavg.gaussian_fixed(z, n, clip, seed=7),
+    [np.zeros(3, np.float32)],
+    rounds=3,
+  )
   for a, b in zip(outs[:3], again):
     np.testing.assert_array_equal(a.result, b.result)
-  other = _run(dp_fedavg.gaussian_fixed(z, n, clip, seed=8),
-               [np.zeros(3, np.float32)], rounds=1)
+  other = _run(
+    dp_fedavg.gaussian_fixed(z, n, clip, seed=8),
+    [np.zeros(3, np.float32)],
+    rounds=1,
+  )
   assert not np.allclose(outs[0].result, other[0].result)
 
 
 def test_adaptive_clip_moves_towards_quantile_and_event_merges():
   factory = dp_fedavg.gaussian_adaptive(
-      0.0, clients_per_round=4, initial_clip=0.1, learning_rate=0.2,
-      target_unclipped_quantile=0.5)
+    0.0,
+    clients_per_round=4,
+    initial_clip=0.1,
+    learning_rate=0.2,
+    target_unclipped_quantile=0.5,
+  )
   values = [np.array([10.0, 0, 0], np.float32)] * 4  # All norms 10 > clip.
   outs = _run(factory, values, rounds=3)
   clips = [o.measurements['dp_query_metrics']['clip'] for o in outs]
   # All clipped, target 50% unclipped: clip grows by exp(0.2 * 0.5) a round.
-  np.testing.assert_allclose(clips, 0.1 * np.exp(0.1 * np.arange(1, 4)),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    clips, 0.1 * np.exp(0.1 * np.arange(1, 4)), rtol=1e-5
+  )
   factory = dp_fedavg.gaussian_adaptive(1.0, clients_per_round=100)
-  out, = _run(factory, values)
+  (out,) = _run(factory, values)
   event = privacy.event_from_named_tuple(out.state.dp_event)
   assert isinstance(event, dp_accounting.ComposedDpEvent)
   merged = privacy.merge_gaussians(event)
   assert merged.noise_multiplier == pytest.approx(1.0, rel=1e-5)
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(noise_multiplier=-1.0, clients_per_round=10, clip=1.0),
-     r'noise_multiplier must be a finite number >= 0. Found -1.0'),
-    (dict(noise_multiplier=1.0, clients_per_round=0, clip=1.0),
-     r'clients_per_round must be a finite number > 0'),
-    (dict(noise_multiplier=1.0, clients_per_round=10, clip=0.0),
-     r'clip must be a finite number > 0'),
-    (dict(noise_multiplier=float('nan'), clients_per_round=10, clip=1.0),
-     r'noise_multiplier must be a finite number'),
-])
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (
+      dict(noise_multiplier=-1.0, clients_per_round=10, clip=1.0),
+      r'noise_multiplier must be a finite number >= 0. Found -1.0',
+    ),
+    (
+      dict(noise_multiplier=1.0, clients_per_round=0, clip=1.0),
+      r'clients_per_round must be a finite number > 0',
+    ),
+    (
+      dict(noise_multiplier=1.0, clients_per_round=10, clip=0.0),
+      r'clip must be a finite number > 0',
+    ),
+    (
+      dict(noise_multiplier=float('nan'), clients_per_round=10, clip=1.0),
+      r'noise_multiplier must be a finite number',
+    ),
+  ],
+)
 def test_fixed_bad_args(kwargs, match):
   with pytest.raises(ValueError, match=match):
     dp_fedavg.gaussian_fixed(**kwargs)
@@ -101,6 +124,8 @@ def test_adaptive_bad_quantile():
 def test_type_signature():
   process = dp_fedavg.gaussian_fixed(1.0, 10, 1.0).create(VALUE)
   assert process.next.type_signature.parameter[1] == tff.FederatedType(
-      VALUE, tff.CLIENTS)
+    VALUE, tff.CLIENTS
+  )
   assert process.next.type_signature.result.result == tff.FederatedType(
-      VALUE, tff.SERVER)
+    VALUE, tff.SERVER
+  )

@@ -13,8 +13,7 @@ G = dp_accounting.GaussianDpEvent
 def _independent(event, count, delta, relation=None):
   """Epsilon computed directly with dp_accounting, outside the ledger."""
   kwargs = {} if relation is None else {'neighboring_relation': relation}
-  eps_rdp = rdp.RdpAccountant(**kwargs).compose(event, count).get_epsilon(
-      delta)
+  eps_rdp = rdp.RdpAccountant(**kwargs).compose(event, count).get_epsilon(delta)
   return eps_rdp
 
 
@@ -40,8 +39,9 @@ def test_fixed_size_ledger_matches_dp_accounting():
     ledger.record(G(1.0))
   eps_rdp, eps_pld = ledger.epsilon()
   event = dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, G(1.0))
-  want = _independent(event, 20, 1e-5,
-                      dp_accounting.NeighboringRelation.REPLACE_ONE)
+  want = _independent(
+    event, 20, 1e-5, dp_accounting.NeighboringRelation.REPLACE_ONE
+  )
   assert eps_rdp == pytest.approx(want, rel=1e-9)
   assert math.isnan(eps_pld)  # PLD does not support it; reported as NaN.
 
@@ -55,9 +55,12 @@ def test_epsilon_grows_with_rounds_and_changes_are_composed():
   ledger.record(G(2.0))
   second = ledger.epsilon()[0]
   assert second > first
-  want = rdp.RdpAccountant().compose(
-      dp_accounting.PoissonSampledDpEvent(0.1, G(1.0))).compose(
-          dp_accounting.PoissonSampledDpEvent(0.1, G(2.0)), 2).get_epsilon(1e-5)
+  want = (
+    rdp.RdpAccountant()
+    .compose(dp_accounting.PoissonSampledDpEvent(0.1, G(1.0)))
+    .compose(dp_accounting.PoissonSampledDpEvent(0.1, G(2.0)), 2)
+    .get_epsilon(1e-5)
+  )
   assert second == pytest.approx(want, rel=1e-9)
 
 
@@ -65,12 +68,13 @@ def test_merged_gaussians_equal_composed_under_rdp():
   """Two Gaussian releases on one cohort == one Gaussian, 1/z^2 = sum."""
   z1, z2 = 1.3, 2.1
   merged = privacy.merge_gaussians(
-      dp_accounting.ComposedDpEvent([G(z1), G(z2)]))
-  assert merged.noise_multiplier == pytest.approx(
-      (z1**-2 + z2**-2) ** -0.5)
+    dp_accounting.ComposedDpEvent([G(z1), G(z2)])
+  )
+  assert merged.noise_multiplier == pytest.approx((z1**-2 + z2**-2) ** -0.5)
   q = 0.05
   composed = dp_accounting.PoissonSampledDpEvent(
-      q, dp_accounting.ComposedDpEvent([G(z1), G(z2)]))
+    q, dp_accounting.ComposedDpEvent([G(z1), G(z2)])
+  )
   single = dp_accounting.PoissonSampledDpEvent(q, merged)
   a = rdp.RdpAccountant().compose(composed, 50).get_epsilon(1e-5)
   b = rdp.RdpAccountant().compose(single, 50).get_epsilon(1e-5)
@@ -82,8 +86,10 @@ def test_merge_leaves_other_events():
   assert privacy.merge_gaussians(lap) is lap
   mixed = dp_accounting.ComposedDpEvent([G(1.0), lap])
   assert privacy.merge_gaussians(mixed) is mixed
-  assert isinstance(privacy.merge_gaussians(dp_accounting.NoOpDpEvent()),
-                    dp_accounting.NoOpDpEvent)
+  assert isinstance(
+    privacy.merge_gaussians(dp_accounting.NoOpDpEvent()),
+    dp_accounting.NoOpDpEvent,
+  )
 
 
 def test_json_round_trip():
@@ -104,8 +110,9 @@ def test_event_from_named_tuple():
 @pytest.mark.parametrize('accountant', ['rdp', 'pld'])
 def test_calibration_hits_target(accountant):
   sampling = privacy.Sampling('poisson', 6000, rate=1 / 60)
-  z = privacy.calibrate_noise_multiplier(1.0, 1e-4, 180, sampling,
-                                         accountant=accountant)
+  z = privacy.calibrate_noise_multiplier(
+    1.0, 1e-4, 180, sampling, accountant=accountant
+  )
   ledger = privacy.PrivacyLedger(sampling, 1e-4)
   for _ in range(180):
     ledger.record(G(z))
@@ -119,30 +126,42 @@ def test_calibration_hits_target(accountant):
 def test_calibration_two_phase_event():
   sampling = privacy.Sampling('poisson', 1000, rate=0.05)
   z = privacy.calibrate_noise_multiplier(
-      2.0, 1e-5, 50, sampling,
-      round_event_fn=lambda z: dp_accounting.ComposedDpEvent([G(z), G(z)]))
+    2.0,
+    1e-5,
+    50,
+    sampling,
+    round_event_fn=lambda z: dp_accounting.ComposedDpEvent([G(z), G(z)]),
+  )
   single = privacy.calibrate_noise_multiplier(2.0, 1e-5, 50, sampling)
   assert z == pytest.approx(single * math.sqrt(2), rel=1e-3)
 
 
-@pytest.mark.parametrize('kwargs, match', [
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
     (dict(mode='poisson', num_clients=10, rate=0.0), r'in \(0, 1\]'),
     (dict(mode='poisson', num_clients=10, rate=1.5), r'in \(0, 1\]'),
-    (dict(mode='fixed', num_clients=10, clients_per_round=11),
-     r'clients_per_round must be an integer in \[1, 10\]'),
+    (
+      dict(mode='fixed', num_clients=10, clients_per_round=11),
+      r'clients_per_round must be an integer in \[1, 10\]',
+    ),
     (dict(mode='uniform', num_clients=10), 'sampling mode must be one of'),
     (dict(mode='poisson', num_clients=0, rate=0.5), 'num_clients must be'),
-])
+  ],
+)
 def test_bad_sampling(kwargs, match):
   with pytest.raises(ValueError, match=match):
     privacy.Sampling(**kwargs)
 
 
-@pytest.mark.parametrize('args, match', [
+@pytest.mark.parametrize(
+  'args, match',
+  [
     ((0.0, 1e-5, 10), 'target_epsilon must be a finite number > 0'),
     ((1.0, 0.0, 10), r'delta must be in \(0, 1\)'),
     ((1.0, 1e-5, 0), 'rounds must be an integer >= 1'),
-])
+  ],
+)
 def test_bad_calibration_args(args, match):
   sampling = privacy.Sampling('poisson', 100, rate=0.1)
   with pytest.raises(ValueError, match=match):
