@@ -87,38 +87,27 @@ def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
   """Converts TFF's stored `DpEvent.to_named_tuple()` value back to an event.
 
   TFF's `DifferentiallyPrivateFactory` keeps the released event in its state
-  as `event.to_named_tuple()`; after execution it is a nested structure with
-  a `module_name` and `class_name` and the event's fields.
+  as `event.to_named_tuple()`; numeric fields come back as NumPy scalars and
+  are converted to Python numbers.
   """
-  get = (
-    (lambda k: nt[k]) if isinstance(nt, dict) else (lambda k: getattr(nt, k))
-  )
-  name = get('class_name')
-  name = name.decode() if isinstance(name, bytes) else str(name)
-  cls = _EVENT_TYPES.get(name)
-  if cls is None:
-    raise ValueError(f'Unknown DpEvent class {name!r}.')
-  kwargs = {}
-  for field in attr.fields(cls):
-    value = get(field.name)
-    if _looks_like_event(value):
-      value = event_from_named_tuple(value)
-    elif (
-      isinstance(value, (list, tuple))
-      and value
-      and all(_looks_like_event(v) for v in value)
-    ):
-      value = [event_from_named_tuple(v) for v in value]
+  event = dp_accounting.DpEvent.from_named_tuple(nt)
+  return _to_python_numbers(event)
+
+
+def _to_python_numbers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  changes = {}
+  for field in attr.fields(type(event)):
+    value = getattr(event, field.name)
+    if isinstance(value, dp_accounting.DpEvent):
+      changes[field.name] = _to_python_numbers(value)
+    elif isinstance(value, (list, tuple)):
+      changes[field.name] = [
+        _to_python_numbers(v) if isinstance(v, dp_accounting.DpEvent) else v
+        for v in value
+      ]
     elif hasattr(value, 'item'):
-      value = value.item()
-    kwargs[field.name] = value
-  return cls(**kwargs)
-
-
-def _looks_like_event(value) -> bool:
-  if isinstance(value, dict):
-    return 'class_name' in value
-  return hasattr(value, 'class_name')
+      changes[field.name] = value.item()
+  return attr.evolve(event, **changes) if changes else event
 
 
 def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:

@@ -1,36 +1,119 @@
-r"""Runs a federated training job.
+r"""Runs (or resumes) a federated training job.
 
-Example:
-  python -m tff_dp.run --task=fashion_mnist_iid --method=fedavg --rounds=20 \
-      --clients_per_round=20 --root_output_dir=runs/fedavg
+Example, DP-FedAvg on Fashion-MNIST at a target (1, 1e-4)-DP:
+
+  python -m tff_dp.run --task=fashion_mnist_iid --method=dp_fedavg \
+      --rounds=180 --client_sampling_rate=0.016667 --target_epsilon=1 \
+      --delta=1e-4 --clip=1.0 --local_epochs=10 --local_steps=10 \
+      --root_output_dir=runs/dp_fedavg
+
+Rerunning the same command after an interruption resumes from the last
+checkpoint in --root_output_dir (ledger included).
 """
 
 from absl import app
 from absl import flags
 
+from tff_dp import methods
 from tff_dp import tasks
 from tff_dp import training
 
+_D = training.ExperimentConfig()
+
 _TASK = flags.DEFINE_enum(
-  'task', 'fashion_mnist_iid', sorted(tasks.TASKS), 'Federated task.'
+  'task', _D.task, sorted(tasks.TASKS), 'Federated task.'
 )
 _METHOD = flags.DEFINE_enum(
-  'method', 'fedavg', sorted(training.METHODS), 'Training method.'
+  'method',
+  _D.method,
+  sorted(methods.METHODS),
+  'Training method: '
+  + '; '.join(
+    f'{k}: {m.description}' for k, m in sorted(methods.METHODS.items())
+  ),
 )
-_ROUNDS = flags.DEFINE_integer('rounds', 10, 'Federated rounds (>= 1).')
+_ROUNDS = flags.DEFINE_integer('rounds', _D.rounds, 'Federated rounds (>= 1).')
+_RATE = flags.DEFINE_float(
+  'client_sampling_rate',
+  None,
+  'Poisson sampling: each client joins a round with this probability, in '
+  '(0, 1]. Exclusive with --clients_per_round.',
+)
 _CLIENTS = flags.DEFINE_integer(
-  'clients_per_round', 10, 'Clients sampled per round (>= 1).'
+  'clients_per_round',
+  None,
+  'Fixed-size sampling: this many clients uniformly without replacement. '
+  'Default (neither flag): 10 expected clients, Poisson for DP methods.',
 )
-_BATCH = flags.DEFINE_integer('batch_size', 10, 'Local batch size.')
-_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local passes over data.')
+_NOISE = flags.DEFINE_float(
+  'noise_multiplier', None, 'Noise stddev over clip (DP methods, >= 0).'
+)
+_TARGET_EPS = flags.DEFINE_float(
+  'target_epsilon',
+  None,
+  'Calibrate the noise multiplier to this epsilon '
+  'over --rounds (needs --delta).',
+)
+_DELTA = flags.DEFINE_float(
+  'delta', None, 'DP delta in (0, 1); default min(1e-5, 1/N).'
+)
+_ACCOUNTANT = flags.DEFINE_enum(
+  'accountant',
+  _D.accountant,
+  ['rdp', 'pld'],
+  'Accountant used to calibrate the noise.',
+)
+_CLIP = flags.DEFINE_float(
+  'clip', _D.clip, 'L2 clip of client updates (initial if adaptive).'
+)
+_QUANTILE = flags.DEFINE_float(
+  'target_unclipped_quantile',
+  _D.target_unclipped_quantile,
+  'Adaptive clipping target quantile.',
+)
+_CLIP_LR = flags.DEFINE_float(
+  'clip_learning_rate',
+  _D.clip_learning_rate,
+  'Adaptive clipping learning rate.',
+)
+_BITS = flags.DEFINE_integer(
+  'ddgauss_bits', _D.ddgauss_bits, 'DDGauss bit width of the modular sum.'
+)
+_BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
+_EPOCHS = flags.DEFINE_integer(
+  'local_epochs', _D.local_epochs, "Local passes over a client's data."
+)
 _STEPS = flags.DEFINE_integer(
-  'local_steps', None, 'Cap on local steps per round (default: none).'
+  'local_steps', None, 'Cap on local steps per round (default none).'
 )
-_CLIENT_LR = flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
-_MOMENTUM = flags.DEFINE_float('client_momentum', 0.0, 'Client momentum.')
-_SERVER_LR = flags.DEFINE_float('server_lr', 1.0, 'Server learning rate.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of sampling and training.')
-_EVAL_EVERY = flags.DEFINE_integer('eval_every', 1, 'Evaluate every N rounds.')
+_CLIENT_LR = flags.DEFINE_float(
+  'client_lr', _D.client_lr, 'Client learning rate.'
+)
+_MOMENTUM = flags.DEFINE_float(
+  'client_momentum', _D.client_momentum, 'Client momentum.'
+)
+_SERVER_LR = flags.DEFINE_float(
+  'server_lr', _D.server_lr, 'Server learning rate.'
+)
+_SERVER_MOMENTUM = flags.DEFINE_float(
+  'server_momentum', _D.server_momentum, 'Server momentum.'
+)
+_SEED = flags.DEFINE_integer(
+  'seed', _D.seed, 'Seed of sampling, noise, shuffling and weights.'
+)
+_EVAL_EVERY = flags.DEFINE_integer(
+  'eval_every', _D.eval_every, 'Evaluate every N rounds (and the last).'
+)
+_CKPT_EVERY = flags.DEFINE_integer(
+  'checkpoint_every',
+  _D.checkpoint_every,
+  'Checkpoint every N rounds (and the last).',
+)
+_CONCURRENCY = flags.DEFINE_integer(
+  'max_concurrent_computation_calls',
+  _D.max_concurrent_computation_calls,
+  "Concurrent client computations in TFF's runtime (-1: no cap).",
+)
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
   None,
@@ -38,33 +121,62 @@ _DATA_DIR = flags.DEFINE_string(
   '../shared/data next to the repository).',
 )
 _OUTPUT = flags.DEFINE_string(
-  'root_output_dir', None, 'Where metrics.csv and summary.json go.'
+  'root_output_dir',
+  None,
+  'Where metrics.csv, tensorboard/, checkpoints/ '
+  'and summary.json go; rerunning resumes from it.',
 )
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = training.ExperimentConfig(
+def config_from_flags() -> training.ExperimentConfig:
+  return training.ExperimentConfig(
     task=_TASK.value,
     method=_METHOD.value,
     rounds=_ROUNDS.value,
+    client_sampling_rate=_RATE.value,
     clients_per_round=_CLIENTS.value,
+    noise_multiplier=_NOISE.value,
+    target_epsilon=_TARGET_EPS.value,
+    delta=_DELTA.value,
+    accountant=_ACCOUNTANT.value,
+    clip=_CLIP.value,
+    target_unclipped_quantile=_QUANTILE.value,
+    clip_learning_rate=_CLIP_LR.value,
+    ddgauss_bits=_BITS.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,
     client_lr=_CLIENT_LR.value,
     client_momentum=_MOMENTUM.value,
     server_lr=_SERVER_LR.value,
+    server_momentum=_SERVER_MOMENTUM.value,
     seed=_SEED.value,
     eval_every=_EVAL_EVERY.value,
+    checkpoint_every=_CKPT_EVERY.value,
+    max_concurrent_computation_calls=_CONCURRENCY.value,
     data_dir=_DATA_DIR.value,
     output_dir=_OUTPUT.value,
   )
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  config = config_from_flags()
+  try:
+    config.validate()
+    training.check_output_dir(config.output_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   summary = training.run_experiment(config)
-  print(
-    'final: ' + '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
-  )
+  final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
+  eps = ''
+  if summary['epsilon_rdp'] is not None:
+    eps = (
+      f"  epsilon {summary['epsilon_rdp']:.3f} (RDP) "
+      f"{summary['epsilon_pld']:.3f} (PLD) at delta {summary['delta']:g}"
+    )
+  print(f'final: {final}{eps}')
 
 
 if __name__ == '__main__':

@@ -1,111 +1,315 @@
 """The federated training loop behind `python -m tff_dp.run` (flag-free).
 
-`run_experiment(config)` loads a task, builds the learning process of the
-method, samples clients each round from a seeded generator, trains, evaluates
-centrally on the task's test data, and writes `metrics.csv` and
-`summary.json` under `config.output_dir`.
+`run_experiment(config)`:
+  1. validates the config and the output directory (before any data loads);
+  2. loads the task, samples clients (Poisson or fixed-size, seeded),
+     calibrates the noise to a target epsilon if asked;
+  3. builds the method's learning process and runs it in TFF's C++ test
+     context (secure sum simulated);
+  4. after every round records the DP event that ran in the privacy ledger,
+     evaluates, counts bytes, and appends a row to `metrics.csv` and
+     TensorBoard; every `checkpoint_every` rounds saves the learning state
+     with the ledger, the sampler's RNG state and the rows
+     (`tff.program.FileProgramStateManager`);
+  5. writes `summary.json` with every flag and the final results, and the
+     final model weights to `final_model_weights.npz`.
+
+A rerun of the same command in the same output directory resumes from the
+last checkpoint, ledger and RNG included, so epsilon never resets and the
+result equals an uninterrupted run.
 """
 
 import csv
 import dataclasses
 import json
+import math
+import os
 import pathlib
+import tempfile
 import time
 from typing import Any, Callable, Optional
 
+import asyncio
+
 from absl import logging
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp import composition
+from tff_dp import contexts
+from tff_dp import methods as methods_lib
+from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 
-ProcessBuilder = Callable[
-  ['ExperimentConfig', tasks_lib.FederatedTask],
-  tff.learning.templates.LearningProcess,
-]
+CHECKPOINT_PREFIX = 'round_'
 
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-  """Everything a run depends on; recorded in `summary.json`."""
+  """Everything a run depends on; recorded in `summary.json`.
+
+  Sampling: `client_sampling_rate` (Poisson, each client with probability
+  q) or `clients_per_round` (fixed-size, uniform without replacement); if
+  neither is set, 10 clients are expected per round (Poisson for private
+  methods, fixed-size otherwise). Noise (private methods):
+  `noise_multiplier`, or `target_epsilon` with `delta` to calibrate it.
+  """
 
   task: str = 'fashion_mnist_iid'
-  method: str = 'fedavg'
+  method: str = 'dp_fedavg'
   rounds: int = 10
-  clients_per_round: int = 10
+  client_sampling_rate: Optional[float] = None
+  clients_per_round: Optional[int] = None
+  noise_multiplier: Optional[float] = None
+  target_epsilon: Optional[float] = None
+  delta: Optional[float] = None
+  accountant: str = 'rdp'
+  clip: float = 1.0
+  target_unclipped_quantile: float = 0.5
+  clip_learning_rate: float = 0.2
+  ddgauss_bits: int = 20
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
   client_lr: float = 0.05
   client_momentum: float = 0.0
   server_lr: float = 1.0
+  server_momentum: float = 0.0
   seed: int = 0
   eval_every: int = 1
+  checkpoint_every: int = 10
+  max_concurrent_computation_calls: int = -1
   data_dir: Optional[str] = None
   output_dir: Optional[str] = None
   task_kwargs: tuple[tuple[str, Any], ...] = ()
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
-
-    def positive_int(name):
-      v = getattr(self, name)
-      if not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f'{name} must be an integer >= 1. Found {v!r}.')
-
-    for name in (
-      'rounds',
-      'clients_per_round',
-      'batch_size',
-      'local_epochs',
-      'eval_every',
-    ):
-      positive_int(name)
-    if self.local_steps is not None:
-      positive_int('local_steps')
-    for name in ('client_lr', 'server_lr'):
-      v = getattr(self, name)
-      if not np.isfinite(v) or v <= 0:
-        raise ValueError(f'{name} must be a finite number > 0. Found {v!r}.')
-    if not 0 <= self.client_momentum < 1:
-      raise ValueError(
-        'client_momentum must be in [0, 1). Found ' f'{self.client_momentum!r}.'
-      )
     if self.task not in tasks_lib.TASKS:
       raise ValueError(
         f'Unknown task {self.task!r}; choose one of '
         f'{sorted(tasks_lib.TASKS)}.'
       )
-    if self.method not in METHODS:
+    if self.method not in methods_lib.METHODS:
       raise ValueError(
-        f'Unknown method {self.method!r}; choose one of ' f'{sorted(METHODS)}.'
+        f'Unknown method {self.method!r}; choose one of '
+        f'{sorted(methods_lib.METHODS)}.'
+      )
+    for name in (
+      'rounds',
+      'batch_size',
+      'local_epochs',
+      'eval_every',
+      'checkpoint_every',
+    ):
+      _check_int(name, getattr(self, name), 1)
+    if self.local_steps is not None:
+      _check_int('local_steps', self.local_steps, 1)
+    if self.client_sampling_rate is not None:
+      if self.clients_per_round is not None:
+        raise ValueError(
+          'Set client_sampling_rate (Poisson sampling) or '
+          'clients_per_round (fixed-size), not both.'
+        )
+      q = self.client_sampling_rate
+      if not (isinstance(q, (int, float)) and 0 < q <= 1):
+        raise ValueError(
+          f'client_sampling_rate must be in (0, 1]. Found {q!r}.'
+        )
+    if self.clients_per_round is not None:
+      _check_int('clients_per_round', self.clients_per_round, 1)
+    for name in ('client_lr', 'server_lr', 'clip'):
+      _check_float(name, getattr(self, name), positive=True)
+    for name in ('client_momentum', 'server_momentum'):
+      v = getattr(self, name)
+      if not 0 <= v < 1:
+        raise ValueError(f'{name} must be in [0, 1). Found {v!r}.')
+    if self.noise_multiplier is not None:
+      _check_float('noise_multiplier', self.noise_multiplier, positive=False)
+      if self.target_epsilon is not None:
+        raise ValueError('Set noise_multiplier or target_epsilon, not both.')
+    if self.target_epsilon is not None:
+      _check_float('target_epsilon', self.target_epsilon, positive=True)
+      if self.delta is None:
+        raise ValueError('target_epsilon needs delta: set --delta in (0, 1).')
+    if self.delta is not None and not 0 < self.delta < 1:
+      raise ValueError(f'delta must be in (0, 1). Found {self.delta!r}.')
+    if self.accountant not in ('rdp', 'pld'):
+      raise ValueError(
+        f"accountant must be 'rdp' or 'pld'. Found {self.accountant!r}."
+      )
+    method = methods_lib.METHODS[self.method]
+    if (
+      method.private
+      and self.noise_multiplier is None
+      and (self.target_epsilon is None)
+    ):
+      raise ValueError(
+        f'Method {self.method!r} is private: set '
+        '--noise_multiplier (>= 0) or --target_epsilon with '
+        '--delta.'
+      )
+    if not 0 < self.target_unclipped_quantile < 1:
+      raise ValueError(
+        'target_unclipped_quantile must be in (0, 1). Found '
+        f'{self.target_unclipped_quantile!r}.'
+      )
+    _check_int('ddgauss_bits', self.ddgauss_bits, 2)
+    if self.ddgauss_bits > 32:
+      raise ValueError(
+        f'ddgauss_bits must be in [2, 32]. Found {self.ddgauss_bits!r}.'
       )
 
+  def to_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d['task_kwargs'] = dict(self.task_kwargs)
+    return d
 
-def _client_optimizer(config: ExperimentConfig):
-  return tff.learning.optimizers.build_sgdm(
-    learning_rate=config.client_lr, momentum=config.client_momentum or None
+
+def _check_int(name, value, minimum):
+  if (
+    isinstance(value, bool)
+    or not isinstance(value, (int, np.integer))
+    or (value < minimum)
+  ):
+    raise ValueError(
+      f'{name} must be an integer >= {minimum}. Found {value!r}.'
+    )
+
+
+def _check_float(name, value, *, positive):
+  ok = (
+    isinstance(value, (int, float))
+    and math.isfinite(value)
+    and (value > 0 if positive else value >= 0)
   )
+  if not ok:
+    raise ValueError(
+      f'{name} must be a finite number '
+      f'{"> 0" if positive else ">= 0"}. Found {value!r}.'
+    )
 
 
-def _server_optimizer(config: ExperimentConfig):
-  return tff.learning.optimizers.build_sgdm(learning_rate=config.server_lr)
+def check_output_dir(path: Optional[str]) -> Optional[pathlib.Path]:
+  """Creates `path` and proves it writable, or raises ValueError."""
+  if not path:
+    return None
+  out = pathlib.Path(path)
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=out, prefix='.write_test'):
+      pass
+  except OSError as e:
+    raise ValueError(
+      f'root_output_dir {str(out)!r} is not writable: {e}. '
+      'Choose a directory you can write to.'
+    ) from e
+  return out
 
 
-def build_fedavg(config: ExperimentConfig, task: tasks_lib.FederatedTask):
-  """Non-private FedAvg (McMahan et al. 2017), example-weighted."""
-  return tff.learning.algorithms.build_weighted_fed_avg(
-    task.model_fn,
-    client_optimizer_fn=_client_optimizer(config),
-    server_optimizer_fn=_server_optimizer(config),
-    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
-  )
+def sampling_for(
+  config: ExperimentConfig, num_clients: int, private: bool
+) -> privacy.Sampling:
+  """The client sampling of the run (see `ExperimentConfig`)."""
+  if config.client_sampling_rate is not None:
+    return privacy.Sampling(
+      'poisson', num_clients, rate=float(config.client_sampling_rate)
+    )
+  if config.clients_per_round is not None:
+    if config.clients_per_round > num_clients:
+      raise ValueError(
+        f'clients_per_round must be an integer in [1, {num_clients}] (the '
+        f'number of clients). Found {config.clients_per_round!r}.'
+      )
+    return privacy.Sampling(
+      'fixed', num_clients, clients_per_round=int(config.clients_per_round)
+    )
+  m = min(10, num_clients)
+  if private:
+    return privacy.Sampling('poisson', num_clients, rate=m / num_clients)
+  return privacy.Sampling('fixed', num_clients, clients_per_round=m)
 
 
-METHODS: dict[str, ProcessBuilder] = {
-  'fedavg': build_fedavg,
-}
+def sample_clients(
+  sampling: privacy.Sampling, client_ids: list[str], rng: np.random.Generator
+) -> list[str]:
+  """Draws one round's cohort (possibly empty under Poisson sampling)."""
+  if sampling.mode == 'poisson':
+    mask = rng.random(len(client_ids)) < sampling.rate
+    return [c for c, m in zip(client_ids, mask) if m]
+  idx = rng.choice(len(client_ids), sampling.clients_per_round, replace=False)
+  return [client_ids[i] for i in np.sort(idx)]
+
+
+def find_dp_events(structure) -> list[dp_accounting.DpEvent]:
+  """Events kept in (nested) TFF `DPAggregatorState`s of an aggregator state."""
+  found = []
+
+  def walk(x):
+    if hasattr(x, 'dp_event') and hasattr(x, 'is_init_state'):
+      found.append(privacy.event_from_named_tuple(x.dp_event))
+      walk(x.agg_state)
+      return
+    if isinstance(x, dict):
+      for v in x.values():
+        walk(v)
+    elif isinstance(x, (list, tuple)):
+      for v in x:
+        walk(v)
+    elif hasattr(x, '__attrs_attrs__'):
+      for f in x.__attrs_attrs__:
+        walk(getattr(x, f.name))
+
+  walk(structure)
+  return found
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+  if isinstance(value, dict):
+    for k, v in value.items():
+      _flatten(f'{prefix}/{k}' if prefix else str(k), v, out)
+  elif isinstance(value, (int, float, np.number)) or (
+    isinstance(value, np.ndarray) and value.ndim == 0
+  ):
+    out[prefix] = float(value)
+
+
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+  with tempfile.NamedTemporaryFile(
+    'w', dir=path.parent, delete=False, prefix=f'.{path.name}'
+  ) as f:
+    f.write(text)
+  os.replace(f.name, path)
+
+
+def _write_csv(path: pathlib.Path, rows: list[dict]) -> None:
+  first = [
+    'round',
+    'sampled_clients',
+    'train_loss',
+    'epsilon_rdp',
+    'epsilon_pld',
+    'noise_multiplier',
+    'clip',
+    'bytes_down_per_client',
+    'bytes_up_per_client',
+    'bytes_down_total',
+    'bytes_up_total',
+    'round_seconds',
+  ]
+  keys = {k for r in rows for k in r}
+  test = sorted(k for k in keys if k.startswith('test_'))
+  rest = sorted(keys - set(first) - set(test))
+  columns = [k for k in first if k in keys] + test + rest
+  with tempfile.NamedTemporaryFile(
+    'w', dir=path.parent, delete=False, prefix=f'.{path.name}', newline=''
+  ) as f:
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+  os.replace(f.name, path)
 
 
 def evaluate(
@@ -119,45 +323,177 @@ def evaluate(
   return {f'test_{k}': float(v) for k, v in results.items()}
 
 
-def _flatten(prefix: str, value, out: dict) -> None:
-  if isinstance(value, dict):
-    for k, v in value.items():
-      _flatten(f'{prefix}/{k}' if prefix else str(k), v, out)
-  elif np.ndim(value) == 0:
-    out[prefix] = float(value)
+def _progress_line(row: dict, rounds: int) -> str:
+  parts = [
+    f'round {row["round"]}/{rounds}',
+    f'clients {row["sampled_clients"]}',
+    f'train_loss {row.get("train_loss", float("nan")):.4f}',
+  ]
+  for k in ('test_accuracy', 'test_auroc', 'test_balanced_accuracy'):
+    if k in row:
+      parts.append(f'{k[5:]} {row[k]:.4f}')
+  if 'epsilon_rdp' in row:
+    parts.append(
+      f'eps_rdp {row["epsilon_rdp"]:.3f} ' f'eps_pld {row["epsilon_pld"]:.3f}'
+    )
+  parts.append(f'up {row["bytes_up_total"] / 1e6:.1f} MB total')
+  parts.append(f'{row["round_seconds"]:.1f}s')
+  return ' | '.join(parts)
 
 
-def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
-  """Runs a federated training job; returns the summary dict.
+@dataclasses.dataclass
+class _RunnerState:
+  """What is checkpointed besides the learning state."""
+
+  round_num: int
+  rng_state: dict
+  ledger_json: Optional[str]
+  rows: list
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self))
+
+  @classmethod
+  def from_json(cls, text) -> '_RunnerState':
+    if isinstance(text, bytes):
+      text = text.decode()
+    return cls(**json.loads(text))
+
+
+def run_experiment(
+  config: ExperimentConfig,
+  *,
+  round_callback: Optional[Callable[[int], None]] = None,
+) -> dict[str, Any]:
+  """Runs (or resumes) a federated training job; returns the summary.
+
+  Args:
+    config: The run's configuration.
+    round_callback: Called with the round number after each round's results
+      and checkpoint are written (tests use it to interrupt a run).
 
   Raises:
-    ValueError: On an invalid config (before any data is loaded).
+    ValueError: On an invalid config or output directory, before training.
   """
   config.validate()
-  output_dir = pathlib.Path(config.output_dir) if config.output_dir else None
+  output_dir = check_output_dir(config.output_dir)
+  method = methods_lib.METHODS[config.method]
   if output_dir is not None:
-    output_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_config(output_dir, config)
+
   task = tasks_lib.load_task(
-    config.task, config.data_dir, **dict(config.task_kwargs)
+    config.task,
+    config.data_dir,
+    model_seed=config.seed,
+    **dict(config.task_kwargs),
   )
-  logging.info('Task: %s', task.description)
   cd = task.train_data
-  if config.clients_per_round > len(cd.client_ids):
-    raise ValueError(
-      f'clients_per_round must be at most the number of clients '
-      f'({len(cd.client_ids)}). Found {config.clients_per_round}.'
+  client_ids = cd.client_ids
+  sampling = sampling_for(config, len(client_ids), method.private)
+  num_params = task.num_parameters()
+  params = methods_lib.MethodParams(
+    num_model_params=num_params,
+    expected_clients_per_round=sampling.expected_clients_per_round,
+    clip=config.clip,
+    seed=config.seed,
+    target_unclipped_quantile=config.target_unclipped_quantile,
+    clip_learning_rate=config.clip_learning_rate,
+    ddgauss_bits=config.ddgauss_bits,
+  )
+  delta = None
+  if method.private:
+    delta = (
+      config.delta
+      if config.delta is not None
+      else min(1e-5, 1.0 / len(client_ids))
     )
-  tf.keras.utils.set_random_seed(config.seed)
-  process = METHODS[config.method](config, task)
+    noise = config.noise_multiplier
+    if noise is None:
+      noise = privacy.calibrate_noise_multiplier(
+        config.target_epsilon,
+        delta,
+        config.rounds,
+        sampling,
+        round_event_fn=lambda z: method.round_event(z, params),
+        accountant=config.accountant,
+      )
+      logging.info(
+        'Calibrated noise multiplier %.4f for (%.3g, %.3g)-DP '
+        'over %d rounds (%s accountant)',
+        noise,
+        config.target_epsilon,
+        delta,
+        config.rounds,
+        config.accountant,
+      )
+    params = dataclasses.replace(params, noise_multiplier=float(noise))
+  cost = method.cost(params)
+  logging.info(
+    'Task: %s | method: %s | sampling: %s | %d params | '
+    'bytes/client/round down %d up %d',
+    task.description,
+    config.method,
+    sampling,
+    num_params,
+    cost.down,
+    cost.up,
+  )
+
+  contexts.set_simulation_context(config.max_concurrent_computation_calls)
+  process = composition.build_learning_process(
+    task.model_fn,
+    client_optimizer=tff.learning.optimizers.build_sgdm(
+      config.client_lr, momentum=config.client_momentum or None
+    ),
+    server_optimizer=tff.learning.optimizers.build_sgdm(
+      config.server_lr, momentum=config.server_momentum or None
+    ),
+    model_aggregator=method.build_aggregator(params),
+  )
+
   state = process.initialize()
+  rng = np.random.default_rng(config.seed)
+  ledger = privacy.PrivacyLedger(sampling, delta) if method.private else None
+  rows: list[dict] = []
+  start_round = 1
+  manager = None
+  if output_dir is not None:
+    manager = tff.program.FileProgramStateManager(
+      str(output_dir / 'checkpoints'), prefix=CHECKPOINT_PREFIX, keep_total=2
+    )
+    restored, version = asyncio.run(manager.load_latest((state, np.str_(''))))
+    if restored is not None and version > 0:
+      state, runner_json = restored
+      runner = _RunnerState.from_json(runner_json)
+      rng.bit_generator.state = runner.rng_state
+      rows = runner.rows
+      if ledger is not None:
+        ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
+      start_round = runner.round_num + 1
+      logging.info(
+        'Resumed from checkpoint of round %d in %s', version, output_dir
+      )
+    _atomic_write(
+      output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
+    )
+  writer = (
+    tf.summary.create_file_writer(str(output_dir / 'tensorboard'))
+    if output_dir is not None
+    else None
+  )
+
   keras_model = task.model_builder()
   keras_model.compile(loss=task.loss_builder(), metrics=task.metrics_builder())
-  rng = np.random.default_rng(config.seed)
-  rows = []
+  totals = {'down': 0, 'up': 0}
+  if rows:
+    totals = {
+      'down': rows[-1]['bytes_down_total'],
+      'up': rows[-1]['bytes_up_total'],
+    }
   start = time.perf_counter()
-  for round_num in range(1, config.rounds + 1):
+  for round_num in range(start_round, config.rounds + 1):
     t0 = time.perf_counter()
-    ids = rng.choice(cd.client_ids, config.clients_per_round, replace=False)
+    ids = sample_clients(sampling, client_ids, rng)
     preprocess = tasks_lib.client_preprocess_fn(
       config.batch_size,
       num_epochs=config.local_epochs,
@@ -167,34 +503,124 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     data = [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
     output = process.next(state, data)
     state = output.state
-    row = {'round': round_num}
-    _flatten('', output.metrics, row)
+    metrics: dict = {}
+    _flatten('', output.metrics, metrics)
+    totals['down'] += cost.down * len(ids)
+    totals['up'] += cost.up * len(ids)
+    row = {
+      'round': round_num,
+      'sampled_clients': len(ids),
+      'train_loss': metrics.get('client_work/train/loss', float('nan')),
+      'bytes_down_per_client': cost.down,
+      'bytes_up_per_client': cost.up,
+      'bytes_down_total': totals['down'],
+      'bytes_up_total': totals['up'],
+    }
+    if method.private:
+      if method.event_from_state:
+        events = find_dp_events(state.aggregator)
+        if not events:
+          raise RuntimeError(
+            f'Method {config.method!r} declares that its '
+            'aggregator state holds a DpEvent; none found.'
+          )
+        event = (
+          events[0]
+          if len(events) == 1
+          else dp_accounting.ComposedDpEvent(events)
+        )
+      else:
+        event = method.round_event(params.noise_multiplier, params)
+      ledger.record(event)
+      row['epsilon_rdp'], row['epsilon_pld'] = ledger.epsilon()
+      row['noise_multiplier'] = params.noise_multiplier
+    clip = metrics.get('aggregator/dp_query_metrics/clip')
+    if clip is not None or method.private:
+      row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       row.update(evaluate(task, process.get_model_weights(state), keras_model))
+    row.update({f'tff/{k}': v for k, v in metrics.items()})
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)
-    logging.info(
-      'round %d/%d  train_loss %.4f  %s  %.1fs',
-      round_num,
-      config.rounds,
-      row.get('client_work/train/loss', float('nan')),
-      '  '.join(
-        f'{k} {v:.4f}' for k, v in row.items() if k.startswith('test_')
-      ),
-      row['round_seconds'],
-    )
+    logging.info('%s', _progress_line(row, config.rounds))
+    if output_dir is not None:
+      _write_csv(output_dir / 'metrics.csv', rows)
+      with writer.as_default(step=round_num):
+        for k, v in row.items():
+          if k != 'round' and isinstance(v, float) and math.isfinite(v):
+            tf.summary.scalar(k, v)
+      writer.flush()
+      if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+        runner = _RunnerState(
+          round_num,
+          rng.bit_generator.state,
+          ledger.to_json() if ledger else None,
+          rows,
+        )
+        asyncio.run(manager.save((state, np.str_(runner.to_json())), round_num))
+    if round_callback is not None:
+      round_callback(round_num)
+
+  final = rows[-1] if rows else {}
   summary = {
-    'config': dataclasses.asdict(config),
+    'config': config.to_dict(),
     'task_description': task.description,
-    'final': {k: v for k, v in rows[-1].items() if k.startswith('test_')},
-    'rounds': len(rows),
-    'wall_seconds': time.perf_counter() - start,
+    'method_description': method.description,
+    'num_clients': len(client_ids),
+    'num_model_params': num_params,
+    'sampling': sampling.to_dict(),
+    'noise_multiplier': params.noise_multiplier if method.private else None,
+    'delta': delta,
+    'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
+    if ledger
+    else [],
+    'epsilon_rdp': final.get('epsilon_rdp'),
+    'epsilon_pld': final.get('epsilon_pld'),
+    'bytes_per_client_per_round': dataclasses.asdict(cost),
+    'bytes_down_total': totals['down'],
+    'bytes_up_total': totals['up'],
+    'final': {k: v for k, v in final.items() if k.startswith('test_')},
+    'rounds_completed': len(rows),
+    'wall_seconds_this_invocation': time.perf_counter() - start,
   }
   if output_dir is not None:
-    keys = sorted({k for r in rows for k in r}, key=lambda k: (k != 'round', k))
-    with open(output_dir / 'metrics.csv', 'w', newline='') as f:
-      writer = csv.DictWriter(f, fieldnames=keys)
-      writer.writeheader()
-      writer.writerows(rows)
-    (output_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
+    save_model_weights(
+      output_dir / 'final_model_weights.npz', process.get_model_weights(state)
+    )
+    _atomic_write(output_dir / 'summary.json', json.dumps(summary, indent=2))
   return summary
+
+
+def save_model_weights(path: pathlib.Path, model_weights) -> None:
+  """Writes `tff.learning.models.ModelWeights` as an .npz (atomic)."""
+  arrays = {
+    f'trainable_{i}': np.asarray(w)
+    for i, w in enumerate(model_weights.trainable)
+  }
+  arrays.update(
+    {
+      f'non_trainable_{i}': np.asarray(w)
+      for i, w in enumerate(model_weights.non_trainable)
+    }
+  )
+  with tempfile.NamedTemporaryFile(
+    dir=path.parent, suffix='.npz', delete=False
+  ) as f:
+    np.savez(f, **arrays)
+  os.replace(f.name, path)
+
+
+def _check_same_config(
+  output_dir: pathlib.Path, config: ExperimentConfig
+) -> None:
+  saved = output_dir / 'config.json'
+  if not saved.exists():
+    return
+  old = json.loads(saved.read_text())
+  new = json.loads(json.dumps(config.to_dict()))
+  if old != new:
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    raise ValueError(
+      f'{output_dir} holds a run with different flags ({", ".join(diff)}); '
+      'rerun the same command to resume, or choose a new root_output_dir.'
+    )

@@ -1,0 +1,245 @@
+"""End-to-end tests of the training loop on the real (small) heart data."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import dp_accounting
+from dp_accounting import rdp
+import numpy as np
+import pytest
+
+from tff_dp import training
+
+pytestmark = pytest.mark.usefixtures('shared_data_dir')
+
+
+def _config(tmp_path, name, **kwargs):
+  base = dict(
+    task='heart_disease',
+    method='dp_fedavg',
+    rounds=4,
+    client_sampling_rate=0.75,
+    noise_multiplier=0.5,
+    delta=1e-3,
+    clip=1.0,
+    batch_size=32,
+    client_lr=0.1,
+    checkpoint_every=1,
+    output_dir=str(tmp_path / name),
+  )
+  base.update(kwargs)
+  return training.ExperimentConfig(**base)
+
+
+def _rows(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def _final_weights(output_dir):
+  with np.load(output_dir / 'final_model_weights.npz') as d:
+    return {k: d[k] for k in d.files}
+
+
+def test_dp_fedavg_end_to_end_and_ledger(tmp_path):
+  config = _config(tmp_path, 'run')
+  summary = training.run_experiment(config)
+  rows = _rows(tmp_path / 'run' / 'metrics.csv')
+  assert [int(r['round']) for r in rows] == [1, 2, 3, 4]
+  for key in (
+    'train_loss',
+    'test_auroc',
+    'test_balanced_accuracy',
+    'epsilon_rdp',
+    'epsilon_pld',
+    'clip',
+    'bytes_up_per_client',
+    'bytes_down_per_client',
+    'round_seconds',
+  ):
+    assert key in rows[0], key
+  # Epsilon from dp_accounting directly: 4 Poisson-sampled Gaussian rounds.
+  event = dp_accounting.PoissonSampledDpEvent(
+    0.75, dp_accounting.GaussianDpEvent(0.5)
+  )
+  want = rdp.RdpAccountant().compose(event, 4).get_epsilon(1e-3)
+  assert float(rows[-1]['epsilon_rdp']) == pytest.approx(want, rel=1e-9)
+  assert summary['epsilon_rdp'] == pytest.approx(want, rel=1e-9)
+  eps = [float(r['epsilon_rdp']) for r in rows]
+  assert eps == sorted(eps) and eps[0] > 0
+  # 1,281 float32 parameters down and up per participating client.
+  assert int(rows[0]['bytes_up_per_client']) == 4 * 1281
+  total = sum(int(r['sampled_clients']) for r in rows) * 4 * 1281
+  assert int(rows[-1]['bytes_up_total']) == total
+  saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  assert saved['config']['noise_multiplier'] == 0.5
+  assert saved['config']['client_sampling_rate'] == 0.75
+  assert (tmp_path / 'run' / 'tensorboard').is_dir()
+
+
+class _Interrupt(Exception):
+  pass
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+  full = _config(tmp_path, 'full')
+  training.run_experiment(full)
+
+  def crash_after_two(round_num):
+    if round_num == 2:
+      raise _Interrupt()
+
+  resumed = _config(tmp_path, 'resumed')
+  with pytest.raises(_Interrupt):
+    training.run_experiment(resumed, round_callback=crash_after_two)
+  assert len(_rows(tmp_path / 'resumed' / 'metrics.csv')) == 2
+  summary = training.run_experiment(resumed)  # The same command again.
+  assert summary['rounds_completed'] == 4
+  a = _rows(tmp_path / 'full' / 'metrics.csv')
+  b = _rows(tmp_path / 'resumed' / 'metrics.csv')
+  for ra, rb in zip(a, b):
+    for key in (
+      'sampled_clients',
+      'train_loss',
+      'test_loss',
+      'epsilon_rdp',
+      'epsilon_pld',
+      'bytes_up_total',
+    ):
+      assert ra[key] == rb[key], (ra['round'], key)
+  wa = _final_weights(tmp_path / 'full')
+  wb = _final_weights(tmp_path / 'resumed')
+  assert sorted(wa) == sorted(wb) and len(wa) == 4
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+
+
+def test_fixed_size_sampling_and_nonprivate(tmp_path):
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'fixed',
+      rounds=2,
+      client_sampling_rate=None,
+      clients_per_round=2,
+    )
+  )
+  assert summary['sampling']['mode'] == 'fixed'
+  event = dp_accounting.SampledWithoutReplacementDpEvent(
+    4, 2, dp_accounting.GaussianDpEvent(0.5)
+  )
+  want = (
+    rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+    )
+    .compose(event, 2)
+    .get_epsilon(1e-3)
+  )
+  assert summary['epsilon_rdp'] == pytest.approx(want, rel=1e-9)
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'fedavg',
+      method='fedavg',
+      rounds=2,
+      noise_multiplier=None,
+      client_sampling_rate=None,
+      clients_per_round=4,
+    )
+  )
+  assert summary['epsilon_rdp'] is None
+  assert summary['final']['test_auroc'] > 0.5
+
+
+def test_target_epsilon_calibration(tmp_path):
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'calibrated',
+      rounds=3,
+      noise_multiplier=None,
+      target_epsilon=5.0,
+    )
+  )
+  assert summary['epsilon_rdp'] == pytest.approx(5.0, abs=0.01)
+
+
+def test_other_flags_in_same_dir_fail(tmp_path):
+  training.run_experiment(_config(tmp_path, 'run', rounds=1))
+  with pytest.raises(ValueError, match='holds a run with different flags'):
+    training.run_experiment(_config(tmp_path, 'run', rounds=1, clip=2.0))
+
+
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (
+      dict(noise_multiplier=-1.0),
+      r'noise_multiplier must be a finite number >= 0. Found -1.0',
+    ),
+    (
+      dict(client_sampling_rate=0.0),
+      r'client_sampling_rate must be in \(0, 1\]. Found 0.0',
+    ),
+    (
+      dict(client_sampling_rate=1.5),
+      r'client_sampling_rate must be in \(0, 1\]. Found 1.5',
+    ),
+    (dict(task='mnist'), r"Unknown task 'mnist'; choose one of"),
+    (dict(method='magic'), r"Unknown method 'magic'; choose one of"),
+    (
+      dict(noise_multiplier=None, target_epsilon=1.0, delta=None),
+      r'target_epsilon needs delta',
+    ),
+    (dict(rounds=0), r'rounds must be an integer >= 1. Found 0'),
+    (dict(delta=1.0), r'delta must be in \(0, 1\). Found 1.0'),
+    (dict(noise_multiplier=None), r'is private: set --noise_multiplier'),
+    (dict(clients_per_round=3), r'not both'),
+  ],
+)
+def test_bad_config_fails_before_training(tmp_path, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    training.run_experiment(_config(tmp_path, 'bad', **kwargs))
+  assert not (tmp_path / 'bad' / 'metrics.csv').exists()
+
+
+def test_unwritable_output_dir(tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('not a directory')
+  with pytest.raises(ValueError, match='is not writable'):
+    training.run_experiment(_config(tmp_path, 'file/sub'))
+
+
+def test_binary_end_to_end_and_bad_flag(tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  cmd = [
+    sys.executable,
+    '-m',
+    'tff_dp.run',
+    '--task=heart_disease',
+    '--method=dp_fedavg',
+    '--rounds=2',
+    '--client_sampling_rate=1.0',
+    '--noise_multiplier=0.8',
+    '--delta=1e-3',
+    '--batch_size=32',
+    f'--root_output_dir={tmp_path / "bin"}',
+  ]
+  done = subprocess.run(
+    cmd, capture_output=True, text=True, timeout=300, env=env
+  )
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert 'final:' in done.stdout and 'epsilon' in done.stdout
+  assert 'round 2/2' in done.stderr
+  bad = subprocess.run(
+    cmd[:-1] + ['--client_sampling_rate=2'],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=env,
+  )
+  assert bad.returncode != 0
+  assert 'client_sampling_rate must be in (0, 1]. Found 2.0' in bad.stderr

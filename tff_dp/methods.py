@@ -1,0 +1,152 @@
+"""Registry of training methods: aggregator, privacy event, bytes.
+
+A method turns `MethodParams` into a model aggregator (and, for techniques
+that change local training, a client work), says whether it is private,
+how one round's DP event depends on the noise multiplier (for calibration),
+and what each participating client uploads. Later technique issues add
+entries here; `python -m tff_dp.run --method=...` takes its choices from
+`METHODS`.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+import dp_accounting
+import tensorflow_federated as tff
+
+from tff_dp import communication
+from tff_dp.aggregators import dp_fedavg
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodParams:
+  """What a method's builders may depend on (all from flags)."""
+
+  num_model_params: int
+  expected_clients_per_round: float
+  noise_multiplier: float = 0.0
+  clip: float = 1.0
+  seed: int = 0
+  target_unclipped_quantile: float = 0.5
+  clip_learning_rate: float = 0.2
+  ddgauss_bits: int = 20
+
+
+AggregatorBuilder = Callable[
+  [MethodParams],
+  Optional[
+    tff.aggregators.UnweightedAggregationFactory
+    | tff.aggregators.WeightedAggregationFactory
+  ],
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A training method.
+
+  Attributes:
+    name: Registry key.
+    description: One line for `--help` and the summary.
+    private: Whether it releases DP events (then a delta is required).
+    build_aggregator: `MethodParams -> factory` (None: example-weighted mean).
+    upload_bytes: `MethodParams -> bytes` one client uploads per round.
+    round_event: `(noise_multiplier, MethodParams) -> DpEvent` of one round
+      before sampling: used to calibrate noise, and recorded for methods
+      whose aggregator keeps no event in its state.
+    event_from_state: Whether the recorded event is read from the
+      aggregator state (TFF's `DPAggregatorState.dp_event`).
+  """
+
+  name: str
+  description: str
+  private: bool
+  build_aggregator: AggregatorBuilder
+  upload_bytes: Callable[[MethodParams], int]
+  round_event: Optional[
+    Callable[[float, MethodParams], dp_accounting.DpEvent]
+  ] = None
+  event_from_state: bool = False
+
+  def download_bytes(self, params: MethodParams) -> int:
+    """The global model, float32, broadcast to each participant."""
+    return communication.dense_float32_bytes(params.num_model_params)
+
+  def cost(self, params: MethodParams) -> communication.CommunicationCost:
+    return communication.CommunicationCost(
+      self.download_bytes(params), self.upload_bytes(params)
+    )
+
+
+def _dense_upload(p: MethodParams) -> int:
+  return communication.dense_float32_bytes(p.num_model_params)
+
+
+def _weighted_dense_upload(p: MethodParams) -> int:
+  # The update and its example-count weight.
+  return communication.dense_float32_bytes(p.num_model_params + 1)
+
+
+def _gaussian(z: float, p: MethodParams) -> dp_accounting.DpEvent:
+  del p
+  return dp_accounting.GaussianDpEvent(z)
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+  if method.name in METHODS:
+    raise ValueError(f'Method {method.name!r} is already registered.')
+  METHODS[method.name] = method
+  return method
+
+
+register(
+  Method(
+    name='fedavg',
+    description='FedAvg (McMahan et al. 2017), example-weighted, no DP.',
+    private=False,
+    build_aggregator=lambda p: None,
+    upload_bytes=_weighted_dense_upload,
+  )
+)
+
+register(
+  Method(
+    name='dp_fedavg',
+    description=(
+      'DP-FedAvg with a fixed clip (McMahan et al. 2018): '
+      'clipped updates, Gaussian noise, uniform weights.'
+    ),
+    private=True,
+    build_aggregator=lambda p: dp_fedavg.gaussian_fixed(
+      p.noise_multiplier, p.expected_clients_per_round, p.clip, seed=p.seed
+    ),
+    upload_bytes=_dense_upload,
+    round_event=_gaussian,
+    event_from_state=True,
+  )
+)
+
+register(
+  Method(
+    name='dp_fedavg_adaptive',
+    description=(
+      'DP-FedAvg with adaptive clipping (Andrew et al. 2021); '
+      '--clip is the initial clip.'
+    ),
+    private=True,
+    build_aggregator=lambda p: dp_fedavg.gaussian_adaptive(
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      initial_clip=p.clip,
+      target_unclipped_quantile=p.target_unclipped_quantile,
+      learning_rate=p.clip_learning_rate,
+      seed=p.seed,
+    ),
+    upload_bytes=_dense_upload,
+    round_event=_gaussian,  # The effective multiplier; the state has both.
+    event_from_state=True,
+  )
+)
