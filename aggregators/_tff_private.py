@@ -30,3 +30,22 @@ def adaptive_clip_noise_params(
 def as_weighted_aggregator(unweighted_factory):
   """TFF's weighted wrapper of an unweighted factory (weights ignored)."""
   return factory_utils.as_weighted_aggregator(unweighted_factory)
+
+
+def distributed_dp_module():
+  """TFF's `aggregators.distributed_dp` (DistributedDpSumFactory and its
+  parameter heuristics), not exported by `tff.aggregators` in 0.87."""
+  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+
+  return distributed_dp
+
+
+def inflated_l2_norm_bound(l2_norm_bound, gamma, beta, dim) -> float:
+  """TFF's norm bound after scaling by 1/gamma and conditional rounding."""
+  from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
+
+  return float(
+    discretization.inflated_l2_norm_bound(
+      l2_norm_bound=l2_norm_bound, gamma=gamma, beta=beta, dim=dim
+    ).numpy()
+  )

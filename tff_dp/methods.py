@@ -9,12 +9,13 @@ entries here; `python -m tff_dp.run --method=...` takes its choices from
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import dp_accounting
 import tensorflow_federated as tff
 
 from tff_dp import communication
+from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 
 
@@ -56,6 +57,11 @@ class Method:
       whose aggregator keeps no event in its state.
     event_from_state: Whether the recorded event is read from the
       aggregator state (TFF's `DPAggregatorState.dp_event`).
+    preflight: Raises ValueError if this process cannot run the method
+      (checked before any data is loaded).
+    event_from_measurements: If set, maps the round's aggregator
+      measurements to the recorded event (for aggregators whose event
+      depends on what ran, e.g. DDGauss's participant count).
   """
 
   name: str
@@ -67,6 +73,10 @@ class Method:
     Callable[[float, MethodParams], dp_accounting.DpEvent]
   ] = None
   event_from_state: bool = False
+  preflight: Callable[[], None] = lambda: None
+  event_from_measurements: Optional[
+    Callable[[Mapping[str, Any]], dp_accounting.DpEvent]
+  ] = None
 
   def download_bytes(self, params: MethodParams) -> int:
     """The global model, float32, broadcast to each participant."""
@@ -149,4 +159,47 @@ register(
     round_event=_gaussian,  # The effective multiplier; the state has both.
     event_from_state=True,
   )
+)
+
+register(
+  Method(
+    name='ddgauss',
+    description=(
+      'DDGauss (Kairouz et al. 2021): distributed discrete '
+      'Gaussian with secure sum; TFF DistributedDpSumFactory.'
+    ),
+    private=True,
+    build_aggregator=lambda p: ddgauss.ddgauss_mean(
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      p.clip,
+      bits=p.ddgauss_bits,
+    ),
+    # One integer of `bits` bits per coordinate of the DFT-padded vector.
+    upload_bytes=lambda p: communication.packed_bits_bytes(
+      2 * ((p.num_model_params + 1) // 2), p.ddgauss_bits
+    ),
+    round_event=lambda z, p: ddgauss.planned_round_event(
+      z,
+      p.clip,
+      p.expected_clients_per_round,
+      p.num_model_params,
+      p.ddgauss_bits,
+    ),
+    event_from_measurements=ddgauss.round_event_from_measurements,
+  )
+)
+
+
+def _ddgauss_preflight() -> None:
+  if not ddgauss.protobuf_supports_ddgauss():
+    raise ValueError(
+      "Method ddgauss needs protobuf's pure-Python backend: set "
+      f'{ddgauss.PROTOBUF_ENV}=python before TensorFlow is imported '
+      '(python -m tff_dp.run --method=ddgauss does so itself).'
+    )
+
+
+METHODS['ddgauss'] = dataclasses.replace(
+  METHODS['ddgauss'], preflight=_ddgauss_preflight
 )

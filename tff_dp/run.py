@@ -11,12 +11,31 @@ Rerunning the same command after an interruption resumes from the last
 checkpoint in --root_output_dir (ledger included).
 """
 
-from absl import app
-from absl import flags
+import os
+import sys
 
-from tff_dp import methods
-from tff_dp import tasks
-from tff_dp import training
+
+def _method_from_argv(argv) -> str:
+  for i, arg in enumerate(argv):
+    if arg.startswith('--method='):
+      return arg.split('=', 1)[1]
+    if arg == '--method' and i + 1 < len(argv):
+      return argv[i + 1]
+  return ''
+
+
+# DDGauss needs protobuf's pure-Python backend (see
+# `tff_dp.aggregators.ddgauss.protobuf_supports_ddgauss`), which must be
+# chosen before TensorFlow imports protobuf: decided from argv, here.
+if _method_from_argv(sys.argv[1:]) == 'ddgauss':
+  os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+from tff_dp import methods  # noqa: E402
+from tff_dp import tasks  # noqa: E402
+from tff_dp import training  # noqa: E402
 
 _D = training.ExperimentConfig()
 

@@ -157,9 +157,9 @@ class ExperimentConfig:
         f'{self.target_unclipped_quantile!r}.'
       )
     _check_int('ddgauss_bits', self.ddgauss_bits, 2)
-    if self.ddgauss_bits > 32:
+    if self.ddgauss_bits > 22:  # TFF's DistributedDpSumFactory limit.
       raise ValueError(
-        f'ddgauss_bits must be in [2, 32]. Found {self.ddgauss_bits!r}.'
+        f'ddgauss_bits must be in [2, 22]. Found {self.ddgauss_bits!r}.'
       )
 
   def to_dict(self) -> dict[str, Any]:
@@ -264,6 +264,26 @@ def find_dp_events(structure) -> list[dp_accounting.DpEvent]:
 
   walk(structure)
   return found
+
+
+def released_event(
+  method: methods_lib.Method, params: methods_lib.MethodParams, state, metrics
+) -> dp_accounting.DpEvent:
+  """The DP event a round released: from the aggregator state, from its
+  measurements, or as declared by the method, in that order."""
+  if method.event_from_state:
+    events = find_dp_events(state.aggregator)
+    if not events:
+      raise RuntimeError(
+        f'Method {method.name!r} declares that its '
+        'aggregator state holds a DpEvent; none found.'
+      )
+    return (
+      events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+    )
+  if method.event_from_measurements is not None:
+    return method.event_from_measurements(metrics['aggregator'])
+  return method.round_event(params.noise_multiplier, params)
 
 
 def _flatten(prefix: str, value, out: dict) -> None:
@@ -517,20 +537,7 @@ def run_experiment(
       'bytes_up_total': totals['up'],
     }
     if method.private:
-      if method.event_from_state:
-        events = find_dp_events(state.aggregator)
-        if not events:
-          raise RuntimeError(
-            f'Method {config.method!r} declares that its '
-            'aggregator state holds a DpEvent; none found.'
-          )
-        event = (
-          events[0]
-          if len(events) == 1
-          else dp_accounting.ComposedDpEvent(events)
-        )
-      else:
-        event = method.round_event(params.noise_multiplier, params)
+      event = released_event(method, params, state, output.metrics)
       ledger.record(event)
       row['epsilon_rdp'], row['epsilon_pld'] = ledger.epsilon()
       row['noise_multiplier'] = params.noise_multiplier
