@@ -23,12 +23,16 @@ $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.tx
 	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_dp.tasks, tff_dp.aggregators"
 	touch $@
 
-# A short federated job on real Fashion-MNIST (6,000 clients, seed 001's
-# 10 local steps of batch 10); prints test accuracy each round.
+# A short DP-FedAvg job on real Fashion-MNIST (seed 001's setting: 6,000
+# clients, Poisson sampling q = 1/60, 10 local steps of batch 10, clip 1,
+# noise multiplier 1.185, delta 1e-4) for 15 of its 180 rounds; prints the
+# test accuracy and epsilon (RDP and PLD). About 4 minutes on 2 cores.
 run: $(STAMP)
-	$(PY) -m tff_dp.run --task=fashion_mnist_iid --method=fedavg --rounds=10 \
-	  --clients_per_round=20 --batch_size=10 --local_epochs=10 --local_steps=10 \
-	  --client_lr=0.05 --root_output_dir=runs/make_run
+	$(PY) -m tff_dp.run --task=fashion_mnist_iid --method=dp_fedavg --rounds=15 \
+	  --client_sampling_rate=0.016667 --noise_multiplier=1.185 --delta=1e-4 \
+	  --clip=1.0 --batch_size=10 --local_epochs=10 --local_steps=10 \
+	  --client_lr=0.05 --client_momentum=0.5 --eval_every=5 \
+	  --root_output_dir=runs/make_run
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check setup.py tff_dp aggregators tasks tests benchmarks
