@@ -380,35 +380,46 @@ class _RunnerState:
     return cls(**json.loads(text))
 
 
-def run_experiment(
-  config: ExperimentConfig,
-  *,
-  round_callback: Optional[Callable[[int], None]] = None,
-) -> dict[str, Any]:
-  """Runs (or resumes) a federated training job; returns the summary.
+@dataclasses.dataclass
+class Prepared:
+  """A run's task, method, sampling, privacy parameters and process."""
 
-  Args:
-    config: The run's configuration.
-    round_callback: Called with the round number after each round's results
-      and checkpoint are written (tests use it to interrupt a run).
+  task: tasks_lib.FederatedTask
+  method: methods_lib.Method
+  params: methods_lib.MethodParams
+  sampling: privacy.Sampling
+  delta: Optional[float]
+  cost: Any
+  process: tff.learning.templates.LearningProcess
 
-  Raises:
-    ValueError: On an invalid config or output directory, before training.
+  def round_data(
+    self, config: 'ExperimentConfig', client_ids: list[str], shuffle_seed: int
+  ) -> list:
+    """The round's client datasets, preprocessed for local training."""
+    preprocess = tasks_lib.client_preprocess_fn(
+      config.batch_size,
+      num_epochs=config.local_epochs,
+      max_steps=config.local_steps,
+      seed=shuffle_seed,
+    )
+    cd = self.task.train_data
+    return [preprocess(cd.create_tf_dataset_for_client(c)) for c in client_ids]
+
+
+def prepare(config: ExperimentConfig) -> Prepared:
+  """Loads the task, resolves sampling and noise, builds the process.
+
+  Also installs the execution context. Used by `run_experiment` and by the
+  speed benchmark, so both time the same process.
   """
-  config.validate()
-  output_dir = check_output_dir(config.output_dir)
   method = methods_lib.METHODS[config.method]
-  if output_dir is not None:
-    _check_same_config(output_dir, config)
-
   task = tasks_lib.load_task(
     config.task,
     config.data_dir,
     model_seed=config.seed,
     **dict(config.task_kwargs),
   )
-  cd = task.train_data
-  client_ids = cd.client_ids
+  client_ids = task.train_data.client_ids
   sampling = sampling_for(config, len(client_ids), method.private)
   num_params = task.num_parameters()
   params = methods_lib.MethodParams(
@@ -471,6 +482,38 @@ def run_experiment(
     model_aggregator=method.build_aggregator(params),
   )
 
+  return Prepared(task, method, params, sampling, delta, cost, process)
+
+
+def run_experiment(
+  config: ExperimentConfig,
+  *,
+  round_callback: Optional[Callable[[int], None]] = None,
+) -> dict[str, Any]:
+  """Runs (or resumes) a federated training job; returns the summary.
+
+  Args:
+    config: The run's configuration.
+    round_callback: Called with the round number after each round's results
+      and checkpoint are written (tests use it to interrupt a run).
+
+  Raises:
+    ValueError: On an invalid config or output directory, before training.
+  """
+  config.validate()
+  output_dir = check_output_dir(config.output_dir)
+  method = methods_lib.METHODS[config.method]
+  if output_dir is not None:
+    _check_same_config(output_dir, config)
+
+  prepared = prepare(config)
+  task, method, params = prepared.task, prepared.method, prepared.params
+  sampling, delta, cost = prepared.sampling, prepared.delta, prepared.cost
+  process = prepared.process
+  cd = task.train_data
+  client_ids = cd.client_ids
+  num_params = params.num_model_params
+
   state = process.initialize()
   rng = np.random.default_rng(config.seed)
   ledger = privacy.PrivacyLedger(sampling, delta) if method.private else None
@@ -514,13 +557,7 @@ def run_experiment(
   for round_num in range(start_round, config.rounds + 1):
     t0 = time.perf_counter()
     ids = sample_clients(sampling, client_ids, rng)
-    preprocess = tasks_lib.client_preprocess_fn(
-      config.batch_size,
-      num_epochs=config.local_epochs,
-      max_steps=config.local_steps,
-      seed=int(rng.integers(2**31 - 1)),
-    )
-    data = [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
+    data = prepared.round_data(config, ids, int(rng.integers(2**31 - 1)))
     output = process.next(state, data)
     state = output.state
     metrics: dict = {}

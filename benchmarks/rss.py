@@ -1,0 +1,60 @@
+"""Peak resident memory of this process and its children, sampled."""
+
+import os
+import threading
+
+
+def _rss_bytes(pid: int) -> int:
+  try:
+    with open(f'/proc/{pid}/status') as f:
+      for line in f:
+        if line.startswith('VmRSS:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return 0
+
+
+def _children(pid: int) -> list[int]:
+  out = []
+  try:
+    for entry in os.listdir('/proc'):
+      if entry.isdigit():
+        try:
+          with open(f'/proc/{entry}/stat') as f:
+            ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+          continue
+        if ppid == pid:
+          out.append(int(entry))
+  except OSError:
+    pass
+  return out
+
+
+class PeakRss:
+  """Samples RSS of this process plus its direct children every interval."""
+
+  def __init__(self, interval_s: float = 0.05):
+    self._interval = interval_s
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+    self.peak = 0
+
+  def _run(self):
+    me = os.getpid()
+    while not self._stop.is_set():
+      total = _rss_bytes(me) + sum(_rss_bytes(c) for c in _children(me))
+      self.peak = max(self.peak, total)
+      self._stop.wait(self._interval)
+
+  def reset(self):
+    self.peak = 0
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    self._thread.join()
