@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 1500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test lint format bench bench-centralized clean
+.PHONY: install run test lint format bench bench-speed bench-load bench-centralized clean
 
 install: $(STAMP)
 
@@ -45,7 +45,16 @@ format: $(STAMP)
 test: $(STAMP) lint
 	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q tests
 
-bench: bench-centralized
+# Benchmarks write markdown tables (and their JSON rows) to
+# benchmarks/results/. METHOD selects our method for the round-speed run.
+METHOD ?= dp_fedavg
+bench: bench-speed bench-load bench-centralized
+
+bench-speed: $(STAMP)
+	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)
+
+bench-load: $(STAMP)
+	$(PY) -m benchmarks.load_time
 
 bench-centralized: $(STAMP)
 	$(PY) -m benchmarks.centralized --output=benchmarks/results/centralized.md

@@ -12,8 +12,15 @@ import os
 import sys
 import time
 
-from absl import app
-from absl import flags
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tff_dp.tasks import fashion_mnist  # noqa: E402
+from tff_dp.tasks import models  # noqa: E402
 
 _EXAMPLES = flags.DEFINE_integer('examples', 5000, 'Examples to train on.')
 _BATCH = flags.DEFINE_integer('batch_size', 10, 'Batch size.')
@@ -22,13 +29,6 @@ _THREADS = flags.DEFINE_integer('threads', 1, 'Intra-op threads.')
 
 def main(argv):
   del argv
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  from tff_dp.tasks import fashion_mnist  # pylint: disable=g-import-not-at-top
-  from tff_dp.tasks import models  # pylint: disable=g-import-not-at-top
-
   tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
   tf.config.threading.set_inter_op_parallelism_threads(1)
   x, y, _, _ = fashion_mnist.load_arrays()

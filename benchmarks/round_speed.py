@@ -30,28 +30,42 @@ import subprocess
 import sys
 import time
 
-from absl import app
-from absl import flags
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
-_MODE = flags.DEFINE_string('mode', 'all', 'all, or one configuration (a '
-                            'worker process).')
+# TF and Keras are imported at module level: Keras models built after a
+# lazy TF import inside absl's app.run fail to trace (seen with TF 2.14).
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow_federated as tff  # noqa: E402
+
+from benchmarks import results_table  # noqa: E402
+from benchmarks import rss  # noqa: E402
+from tff_dp import tasks  # noqa: E402
+from tff_dp import training  # noqa: E402
+
+_MODE = flags.DEFINE_string(
+  'mode', 'all', 'all, or one configuration (a ' 'worker process).'
+)
 _METHOD = flags.DEFINE_string('method', 'dp_fedavg', 'Our method to time.')
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds (after warm-up).')
 _CONCURRENCY = flags.DEFINE_integer(
-    'concurrency', 2, 'Our max_concurrent_computation_calls.')
-_OUTPUT = flags.DEFINE_string('output', 'benchmarks/results/round_speed.md',
-                              'Results markdown file.')
+  'concurrency', 2, 'Our max_concurrent_computation_calls.'
+)
+_OUTPUT = flags.DEFINE_string(
+  'output', 'benchmarks/results/round_speed.md', 'Results markdown file.'
+)
 _CONFIGS = flags.DEFINE_list(
-    'configs', 'floor_2x1,plain_1x2,stock_default,stock_tuned,ours',
-    'Configurations to run (mode=all).')
+  'configs',
+  'floor_2x1,plain_1x2,stock_default,stock_tuned,ours',
+  'Configurations to run (mode=all).',
+)
 
 NUM_CLIENTS = 100
 NOISE, CLIP = 1.185, 1.0
 
 
 def _time_rounds(process, state, make_data, rounds):
-  from benchmarks import rss  # pylint: disable=g-import-not-at-top
-
   seconds = []
   with rss.PeakRss() as peak:
     for r in range(rounds + 1):
@@ -67,38 +81,33 @@ def _time_rounds(process, state, make_data, rounds):
 
 
 def _fashion_clients(seed):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  from tff_dp import tasks  # pylint: disable=g-import-not-at-top
-
   task = tasks.load_task('fashion_mnist_iid')
   rng = np.random.default_rng(seed)
-  ids = list(rng.choice(task.train_data.client_ids, NUM_CLIENTS,
-                        replace=False))
+  ids = list(rng.choice(task.train_data.client_ids, NUM_CLIENTS, replace=False))
   return task, ids
 
 
 def run_stock(tuned: bool, rounds: int) -> dict:
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-  from tff_dp import tasks  # pylint: disable=g-import-not-at-top
-
   task, ids = _fashion_clients(0)
   if tuned:
     tff.backends.native.set_sync_local_cpp_execution_context(
-        max_concurrent_computation_calls=2)
+      max_concurrent_computation_calls=2
+    )
     loop = tff.learning.LoopImplementation.DATASET_ITERATOR
   else:
     tff.backends.native.set_sync_local_cpp_execution_context()
     loop = tff.learning.LoopImplementation.DATASET_REDUCE
   process = tff.learning.algorithms.build_unweighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
-      model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
-      .gaussian_fixed(NOISE, NUM_CLIENTS, CLIP),
-      loop_implementation=loop)
-  preprocess = tasks.client_preprocess_fn(10, num_epochs=10, max_steps=10,
-                                          seed=0)
+    task.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
+    model_aggregator=tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      NOISE, NUM_CLIENTS, CLIP
+    ),
+    loop_implementation=loop,
+  )
+  preprocess = tasks.client_preprocess_fn(
+    10, num_epochs=10, max_steps=10, seed=0
+  )
   cd = task.train_data
 
   def make_data(r):
@@ -109,13 +118,20 @@ def run_stock(tuned: bool, rounds: int) -> dict:
 
 
 def run_ours(method: str, rounds: int, concurrency: int) -> dict:
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
-
   config = training.ExperimentConfig(
-      task='fashion_mnist_iid', method=method, rounds=rounds + 1,
-      clients_per_round=NUM_CLIENTS, noise_multiplier=NOISE, delta=1e-4,
-      clip=CLIP, batch_size=10, local_epochs=10, local_steps=10,
-      client_lr=0.05, max_concurrent_computation_calls=concurrency)
+    task='fashion_mnist_iid',
+    method=method,
+    rounds=rounds + 1,
+    clients_per_round=NUM_CLIENTS,
+    noise_multiplier=NOISE,
+    delta=1e-4,
+    clip=CLIP,
+    batch_size=10,
+    local_epochs=10,
+    local_steps=10,
+    client_lr=0.05,
+    max_concurrent_computation_calls=concurrency,
+  )
   config.validate()
   prepared = training.prepare(config)
   _, ids = _fashion_clients(0)
@@ -123,24 +139,37 @@ def run_ours(method: str, rounds: int, concurrency: int) -> dict:
   def make_data(r):
     return prepared.round_data(config, ids, r)
 
-  out = _time_rounds(prepared.process, prepared.process.initialize(),
-                     make_data, rounds)
+  out = _time_rounds(
+    prepared.process, prepared.process.initialize(), make_data, rounds
+  )
   out['cost'] = {'down': prepared.cost.down, 'up': prepared.cost.up}
   return out
 
 
 def run_plain(processes: int, threads: int) -> dict:
   examples = 10_000 // processes
-  cmd = [sys.executable, '-m', 'benchmarks.plain_tf_loop',
-         f'--examples={examples}', '--batch_size=10', f'--threads={threads}']
+  cmd = [
+    sys.executable,
+    '-m',
+    'benchmarks.plain_tf_loop',
+    f'--examples={examples}',
+    '--batch_size=10',
+    f'--threads={threads}',
+  ]
   start = time.perf_counter()
-  procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-           for _ in range(processes)]
+  procs = [
+    subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for _ in range(processes)
+  ]
   outs = [json.loads(p.communicate()[0]) for p in procs]
   wall = time.perf_counter() - start
   # The floor is the loops' own time (both ran side by side), not startup.
-  return {'seconds': [max(o['seconds'] for o in outs)], 'wall_with_startup':
-          wall, 'peak_rss': None, 'first_round': None}
+  return {
+    'seconds': [max(o['seconds'] for o in outs)],
+    'wall_with_startup': wall,
+    'peak_rss': None,
+    'first_round': None,
+  }
 
 
 def _worker(mode: str) -> dict:
@@ -164,56 +193,74 @@ def main(argv):
     result = _worker(_MODE.value)
     print('RESULT ' + json.dumps(result))
     return
-  from benchmarks import results_table  # pylint: disable=g-import-not-at-top
 
   results = {}
   start = time.perf_counter()
   for config in _CONFIGS.value:
-    cmd = [sys.executable, '-m', 'benchmarks.round_speed', f'--mode={config}',
-           f'--rounds={_ROUNDS.value}', f'--method={_METHOD.value}',
-           f'--concurrency={_CONCURRENCY.value}']
+    cmd = [
+      sys.executable,
+      '-m',
+      'benchmarks.round_speed',
+      f'--mode={config}',
+      f'--rounds={_ROUNDS.value}',
+      f'--method={_METHOD.value}',
+      f'--concurrency={_CONCURRENCY.value}',
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
     if done.returncode != 0 or not line:
       raise RuntimeError(f'{config} failed:\n{done.stderr[-3000:]}')
-    results[config] = json.loads(line[-1][len('RESULT '):])
+    results[config] = json.loads(line[-1][len('RESULT ') :])
     med = statistics.median(results[config]['seconds'])
     print(f'{config}: median {med:.2f} s', flush=True)
   wall = time.perf_counter() - start
   med = {k: statistics.median(v['seconds']) for k, v in results.items()}
   for name, r in results.items():
     row = {
-        'configuration': name if name != 'ours' else f'ours ({_METHOD.value})',
-        'median s/round': round(med[name], 2),
-        'rounds timed': len(r['seconds']),
-        'first round s': (round(r['first_round'], 1)
-                          if r.get('first_round') else ''),
-        'peak RSS GiB': (round(r['peak_rss'] / 2**30, 2)
-                         if r.get('peak_rss') else ''),
-        'x floor': (round(med[name] / med['floor_2x1'], 2)
-                    if 'floor_2x1' in med else ''),
-        'stock_tuned / this': (round(med['stock_tuned'] / med[name], 2)
-                               if 'stock_tuned' in med else ''),
-        'seed': 0, 'date': results_table.today(),
-        'bench wall s': round(wall, 1),
-        'command': ('python -m benchmarks.round_speed '
-                    f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
-                    f'--configs={",".join(_CONFIGS.value)}'),
+      'configuration': name if name != 'ours' else f'ours ({_METHOD.value})',
+      'median s/round': round(med[name], 2),
+      'rounds timed': len(r['seconds']),
+      'first round s': (
+        round(r['first_round'], 1) if r.get('first_round') else ''
+      ),
+      'peak RSS GiB': (
+        round(r['peak_rss'] / 2**30, 2) if r.get('peak_rss') else ''
+      ),
+      'x floor': (
+        round(med[name] / med['floor_2x1'], 2) if 'floor_2x1' in med else ''
+      ),
+      'stock_tuned / this': (
+        round(med['stock_tuned'] / med[name], 2) if 'stock_tuned' in med else ''
+      ),
+      'seed': 0,
+      'date': results_table.today(),
+      'bench wall s': round(wall, 1),
+      'command': (
+        'python -m benchmarks.round_speed '
+        f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
+        f'--configs={",".join(_CONFIGS.value)}'
+      ),
     }
     key = name if name != 'ours' else f'ours_{_METHOD.value}'
     results_table.update(
-        _OUTPUT.value, key, row, title='Seconds per federated round',
-        columns=list(row), notes=(
-            'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
-            'params; 100 clients x 10 local steps x batch 10 = 10,000 '
-            'examples; DP-FedAvg noise 1.185, clip 1). Median of the timed '
-            'rounds after one warm-up round; every configuration in its own '
-            'process, one after the other, in the same benchmark run. '
-            '`x floor`: over two single-threaded plain TF loops of 5,000 '
-            'examples side by side. `stock_tuned / this`: speed-up over '
-            'stock TFF with DATASET_ITERATOR and 2 concurrent calls. Peak '
-            'RSS: the Python process and its worker_binary during the timed '
-            f'rounds. Machine: {results_table.machine()}.'))
+      _OUTPUT.value,
+      key,
+      row,
+      title='Seconds per federated round',
+      columns=list(row),
+      notes=(
+        'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
+        'params; 100 clients x 10 local steps x batch 10 = 10,000 '
+        'examples; DP-FedAvg noise 1.185, clip 1). Median of the timed '
+        'rounds after one warm-up round; every configuration in its own '
+        'process, one after the other, in the same benchmark run. '
+        '`x floor`: over two single-threaded plain TF loops of 5,000 '
+        'examples side by side. `stock_tuned / this`: speed-up over '
+        'stock TFF with DATASET_ITERATOR and 2 concurrent calls. Peak '
+        'RSS: the Python process and its worker_binary during the timed '
+        f'rounds. Machine: {results_table.machine()}.'
+      ),
+    )
   print(json.dumps(med, indent=2))
 
 

@@ -34,6 +34,9 @@ def build_learning_process(
   client_optimizer: tff.learning.optimizers.Optimizer,
   server_optimizer: tff.learning.optimizers.Optimizer,
   model_aggregator: Optional[AggregationFactory] = None,
+  client_model_fn: Optional[
+    Callable[[], tff.learning.models.VariableModel]
+  ] = None,
   client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -44,6 +47,10 @@ def build_learning_process(
   Args:
     model_fn: A no-arg callable returning a `tff.learning` model.
     client_optimizer: Local optimizer (used by the default client work).
+    client_model_fn: The model function of the default client work
+      (default `model_fn`); same architecture, e.g. with cheap initializers
+      (`FederatedTask.client_model_fn`). The initial global model always
+      comes from `model_fn`.
     server_optimizer: Server optimizer applied to the aggregated update.
     model_aggregator: Weighted or unweighted aggregation factory; default
       `tff.aggregators.MeanFactory()` (example-weighted mean).
@@ -76,7 +83,7 @@ def build_learning_process(
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
   if client_work is None:
     client_work = tff.learning.templates.build_model_delta_client_work(
-      model_fn=model_fn,
+      model_fn=client_model_fn or model_fn,
       optimizer=client_optimizer,
       client_weighting=weighting,
       loop_implementation=loop_implementation,

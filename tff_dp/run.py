@@ -133,6 +133,19 @@ _CONCURRENCY = flags.DEFINE_integer(
   _D.max_concurrent_computation_calls,
   "Concurrent client computations in TFF's runtime (-1: no cap).",
 )
+_THREADS = flags.DEFINE_integer(
+  'intra_op_threads',
+  _D.intra_op_threads,
+  "TF intra-op threads per client computation in TFF's worker (0: TF "
+  'default).',
+)
+_DEVICE = flags.DEFINE_string(
+  'device',
+  None,
+  'TF device for client training, e.g. /GPU:0 (default: '
+  "TF's placement, the CPU on a CPU machine). Not verified on a GPU "
+  'here.',
+)
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
   None,
@@ -173,6 +186,8 @@ def config_from_flags() -> training.ExperimentConfig:
     eval_every=_EVAL_EVERY.value,
     checkpoint_every=_CKPT_EVERY.value,
     max_concurrent_computation_calls=_CONCURRENCY.value,
+    intra_op_threads=_THREADS.value,
+    device=_DEVICE.value,
     data_dir=_DATA_DIR.value,
     output_dir=_OUTPUT.value,
   )

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, Optional
 
 import asyncio
+import concurrent.futures
 
 from absl import logging
 import dp_accounting
@@ -80,7 +81,9 @@ class ExperimentConfig:
   seed: int = 0
   eval_every: int = 1
   checkpoint_every: int = 10
-  max_concurrent_computation_calls: int = -1
+  max_concurrent_computation_calls: int = 2
+  intra_op_threads: int = 1
+  device: Optional[str] = None
   data_dir: Optional[str] = None
   output_dir: Optional[str] = None
   task_kwargs: tuple[tuple[str, Any], ...] = ()
@@ -140,6 +143,14 @@ class ExperimentConfig:
       raise ValueError(
         f"accountant must be 'rdp' or 'pld'. Found {self.accountant!r}."
       )
+    if self.max_concurrent_computation_calls == 0 or (
+      self.max_concurrent_computation_calls < -1
+    ):
+      raise ValueError(
+        'max_concurrent_computation_calls must be -1 (no cap) or >= 1. '
+        f'Found {self.max_concurrent_computation_calls!r}.'
+      )
+    _check_int('intra_op_threads', self.intra_op_threads, 0)
     method = methods_lib.METHODS[self.method]
     if (
       method.private
@@ -470,7 +481,9 @@ def prepare(config: ExperimentConfig) -> Prepared:
     cost.up,
   )
 
-  contexts.set_simulation_context(config.max_concurrent_computation_calls)
+  contexts.set_simulation_context(
+    config.max_concurrent_computation_calls, config.intra_op_threads
+  )
   process = composition.build_learning_process(
     task.model_fn,
     client_optimizer=tff.learning.optimizers.build_sgdm(
@@ -480,6 +493,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
       config.server_lr, momentum=config.server_momentum or None
     ),
     model_aggregator=method.build_aggregator(params),
+    client_model_fn=task.client_model_fn(config.device or None),
   )
 
   return Prepared(task, method, params, sampling, delta, cost, process)
@@ -554,10 +568,28 @@ def run_experiment(
       'up': rows[-1]['bytes_up_total'],
     }
   start = time.perf_counter()
+  # The next round's cohort is drawn, and its datasets built on a background
+  # thread, while the current round runs; the RNG state saved with a
+  # checkpoint is the one before that draw, so a resumed run draws the same.
+  prefetcher = concurrent.futures.ThreadPoolExecutor(1)
+
+  def draw():
+    rng_state = rng.bit_generator.state
+    ids = sample_clients(sampling, client_ids, rng)
+    seed = int(rng.integers(2**31 - 1))
+    return (
+      rng_state,
+      ids,
+      prefetcher.submit(prepared.round_data, config, ids, seed),
+    )
+
+  upcoming = draw() if start_round <= config.rounds else None
   for round_num in range(start_round, config.rounds + 1):
     t0 = time.perf_counter()
-    ids = sample_clients(sampling, client_ids, rng)
-    data = prepared.round_data(config, ids, int(rng.integers(2**31 - 1)))
+    _, ids, data_future = upcoming
+    data = data_future.result()
+    upcoming = draw() if round_num < config.rounds else None
+    rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
     output = process.next(state, data)
     state = output.state
     metrics: dict = {}
@@ -597,7 +629,7 @@ def run_experiment(
       if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
         runner = _RunnerState(
           round_num,
-          rng.bit_generator.state,
+          rng_state_after_round,
           ledger.to_json() if ledger else None,
           rows,
         )
@@ -605,6 +637,7 @@ def run_experiment(
     if round_callback is not None:
       round_callback(round_num)
 
+  prefetcher.shutdown(wait=True)
   final = rows[-1] if rows else {}
   summary = {
     'config': config.to_dict(),
