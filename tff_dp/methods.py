@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 from tff_dp import communication
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_randagg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,7 @@ class MethodParams:
   target_unclipped_quantile: float = 0.5
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
+  randagg_fraction: float = 0.01
 
 
 AggregatorBuilder = Callable[
@@ -57,6 +59,7 @@ class Method:
       whose aggregator keeps no event in its state.
     event_from_state: Whether the recorded event is read from the
       aggregator state (TFF's `DPAggregatorState.dp_event`).
+    extra_download_bytes: Bytes sent down besides the float32 model.
     preflight: Raises ValueError if this process cannot run the method
       (checked before any data is loaded).
     event_from_measurements: If set, maps the round's aggregator
@@ -74,13 +77,16 @@ class Method:
   ] = None
   event_from_state: bool = False
   preflight: Callable[[], None] = lambda: None
+  extra_download_bytes: Callable[[MethodParams], int] = lambda p: 0
   event_from_measurements: Optional[
     Callable[[Mapping[str, Any]], dp_accounting.DpEvent]
   ] = None
 
   def download_bytes(self, params: MethodParams) -> int:
     """The global model, float32, broadcast to each participant."""
-    return communication.dense_float32_bytes(params.num_model_params)
+    return communication.dense_float32_bytes(
+      params.num_model_params
+    ) + self.extra_download_bytes(params)
 
   def cost(self, params: MethodParams) -> communication.CommunicationCost:
     return communication.CommunicationCost(
@@ -202,4 +208,32 @@ def _ddgauss_preflight() -> None:
 
 METHODS['ddgauss'] = dataclasses.replace(
   METHODS['ddgauss'], preflight=_ddgauss_preflight
+)
+
+
+def _randagg_k(p: MethodParams) -> int:
+  return max(1, int(round(p.randagg_fraction * p.num_model_params)))
+
+
+register(
+  Method(
+    name='dp_randagg',
+    description=(
+      'DP-RandAgg (seed 001): k shared random coordinates per round, '
+      'clipped, noised and secure-summed; --randagg_fraction = k/d.'
+    ),
+    private=True,
+    build_aggregator=lambda p: dp_randagg.DPRandAggFactory(
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      p.clip,
+      num_coordinates=_randagg_k(p),
+      seed=p.seed,
+    ),
+    upload_bytes=lambda p: dp_randagg.upload_bytes(_randagg_k(p)),
+    # The round's k coordinate indices (int32) come down with the model.
+    extra_download_bytes=lambda p: 4 * _randagg_k(p),
+    round_event=_gaussian,
+    event_from_state=True,
+  )
 )

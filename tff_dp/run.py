@@ -98,6 +98,11 @@ _CLIP_LR = flags.DEFINE_float(
 _BITS = flags.DEFINE_integer(
   'ddgauss_bits', _D.ddgauss_bits, 'DDGauss bit width of the modular sum.'
 )
+_RANDAGG = flags.DEFINE_float(
+  'randagg_fraction',
+  _D.randagg_fraction,
+  'DP-RandAgg: fraction k/d of coordinates sent each round, in (0, 1].',
+)
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
   'local_epochs', _D.local_epochs, "Local passes over a client's data."
@@ -175,6 +180,7 @@ def config_from_flags() -> training.ExperimentConfig:
     target_unclipped_quantile=_QUANTILE.value,
     clip_learning_rate=_CLIP_LR.value,
     ddgauss_bits=_BITS.value,
+    randagg_fraction=_RANDAGG.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

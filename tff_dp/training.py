@@ -71,6 +71,7 @@ class ExperimentConfig:
   target_unclipped_quantile: float = 0.5
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
+  randagg_fraction: float = 0.01
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -151,6 +152,10 @@ class ExperimentConfig:
         f'Found {self.max_concurrent_computation_calls!r}.'
       )
     _check_int('intra_op_threads', self.intra_op_threads, 0)
+    if not 0 < self.randagg_fraction <= 1:
+      raise ValueError(
+        f'randagg_fraction must be in (0, 1]. Found {self.randagg_fraction!r}.'
+      )
     method = methods_lib.METHODS[self.method]
     if (
       method.private
@@ -441,6 +446,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     target_unclipped_quantile=config.target_unclipped_quantile,
     clip_learning_rate=config.clip_learning_rate,
     ddgauss_bits=config.ddgauss_bits,
+    randagg_fraction=config.randagg_fraction,
   )
   delta = None
   if method.private:

@@ -13,19 +13,22 @@ pytestmark = pytest.mark.usefixtures('shared_data_dir')
 def _round(task, **kwargs):
   contexts.set_simulation_context()
   process = composition.build_learning_process(
-      task.model_fn,
-      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), **kwargs)
+    task.model_fn,
+    client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+    **kwargs,
+  )
   preprocess = task_lib.client_preprocess_fn(16, seed=0)
-  data = [preprocess(task.train_data.create_tf_dataset_for_client(c))
-          for c in task.train_data.client_ids]
+  data = [
+    preprocess(task.train_data.create_tf_dataset_for_client(c))
+    for c in task.train_data.client_ids
+  ]
   state = process.initialize()
   state = process.next(state, data).state
   return process.get_model_weights(state).trainable
 
 
-def test_zero_initialized_client_model_gives_identical_results(
-    shared_data_dir):
+def test_zero_initialized_client_model_gives_identical_results(shared_data_dir):
   task = medical.load_heart_disease(shared_data_dir)
   plain = _round(task)
   fast = _round(task, client_model_fn=task.client_model_fn())
@@ -40,19 +43,24 @@ def test_zero_initialized_builder_has_zero_weights(shared_data_dir):
   model = task_lib.zero_initialized_builder(task.model_builder)()
   assert all(not np.any(w) for w in model.get_weights())
   assert [w.shape for w in model.get_weights()] == [
-      w.shape for w in task.model_builder().get_weights()]
+    w.shape for w in task.model_builder().get_weights()
+  ]
 
 
 def test_unweighted_aggregator_means_uniformly(shared_data_dir):
   task = medical.load_heart_disease(shared_data_dir)
   weighted = _round(task, model_aggregator=tff.aggregators.MeanFactory())
-  uniform = _round(task,
-                   model_aggregator=tff.aggregators.UnweightedMeanFactory())
+  uniform = _round(
+    task, model_aggregator=tff.aggregators.UnweightedMeanFactory()
+  )
   assert not np.allclose(weighted[0], uniform[0])
 
 
 def test_rejects_non_factory():
   with pytest.raises(TypeError, match='model_aggregator must be'):
     composition.build_learning_process(
-        lambda: None, client_optimizer=None, server_optimizer=None,
-        model_aggregator=object())
+      lambda: None,
+      client_optimizer=None,
+      server_optimizer=None,
+      model_aggregator=object(),
+    )

@@ -1,0 +1,219 @@
+"""DP-RandAgg: shared random-k coordinates, clipped and noised (seed 001).
+
+Guo, Hu, Gong, "Agent-Level Differentially Private Federated Learning via
+Compressed Model Perturbation" (seed 001), Sec. V baseline, adapting
+random-k sparsification (their ref. [29]) to secure aggregation: each round
+the server draws k of the d coordinates from a seed kept in its state and
+broadcasts them; every client sends only those k values of its update; the
+k-dim vectors are clipped to L2 norm `clip`, summed with secure sum, and
+Gaussian noise N(0, (noise_multiplier * clip)^2) is added to the k-dim sum
+(DP-FedAvg's query on the k-vector: clip what you noise). The aggregator
+decodes inside: the noisy k-dim mean is scattered back into a zero vector of
+the value's structure, so the result has the value's own type and the factory
+drops into `tff.learning` algorithms like any unweighted aggregator.
+
+Reading chosen where the paper is silent: unselected coordinates are 0 and
+kept coordinates are not rescaled by d/k (`rescale=True` gives the unbiased
+d/k version). The k coordinates are drawn without replacement as the top-k
+of a stateless uniform draw over the d coordinates.
+
+State: `seed` (the coordinate sampler's stateless seed, advanced every
+round) and `dp` (TFF's DPAggregatorState of the k-dim DP sum, whose
+`dp_event` the privacy ledger reads). Measurements: `dp` (the inner DP
+aggregator's) and `num_coordinates`.
+"""
+
+import collections
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.aggregators import dp_fedavg
+
+
+def _flat_spec(value_type):
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  flat = tf.nest.flatten(specs)
+  for s in flat:
+    if not s.dtype.is_floating:
+      raise TypeError(f'DP-RandAgg needs float tensors. Found {s!r}.')
+  sizes = [int(np.prod(s.shape.as_list())) for s in flat]
+  return specs, flat, sizes
+
+
+class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
+  """DP-RandAgg aggregation factory (see module docstring)."""
+
+  def __init__(
+    self,
+    noise_multiplier: float,
+    clients_per_round: float,
+    clip: float,
+    *,
+    num_coordinates: Optional[int] = None,
+    fraction: Optional[float] = None,
+    seed: int = 0,
+    rescale: bool = False,
+    secure_sum: bool = True,
+  ):
+    """Checks the arguments.
+
+    Args:
+      noise_multiplier: Noise stddev over clip, >= 0.
+      clients_per_round: Expected clients per round (the mean's denominator),
+        > 0.
+      clip: L2 clip of each client's k-dim vector, > 0.
+      num_coordinates: k, in [1, d] (checked against d at `create`).
+      fraction: k/d in (0, 1], if `num_coordinates` is not given.
+      seed: Seed of the coordinate sampler and (as `seed`) of the noise.
+      rescale: Multiply decoded coordinates by d/k (unbiased estimate).
+      secure_sum: Sum the k-vectors with `tff.aggregators.SecureSumFactory`
+        (bounds +-clip, which a clipped vector's coordinates already meet).
+
+    Raises:
+      ValueError: On a bad argument, naming it and its allowed range.
+    """
+    if (num_coordinates is None) == (fraction is None):
+      raise ValueError('Set exactly one of num_coordinates and fraction.')
+    if num_coordinates is not None and (
+      not isinstance(num_coordinates, (int, np.integer)) or num_coordinates < 1
+    ):
+      raise ValueError(
+        'num_coordinates must be an integer >= 1. Found '
+        f'{num_coordinates!r}.'
+      )
+    if fraction is not None and not (
+      isinstance(fraction, (int, float)) and 0 < fraction <= 1
+    ):
+      raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
+    # Validates noise_multiplier, clients_per_round and clip.
+    dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
+    self._noise_multiplier = float(noise_multiplier)
+    self._clients_per_round = float(clients_per_round)
+    self._clip = float(clip)
+    self._num_coordinates = num_coordinates
+    self._fraction = fraction
+    self._seed = int(seed)
+    self._rescale = bool(rescale)
+    self._secure_sum = bool(secure_sum)
+
+  def num_coordinates(self, dim: int) -> int:
+    """k for a value of `dim` scalars; raises if k > dim."""
+    k = (
+      self._num_coordinates
+      if self._num_coordinates is not None
+      else max(1, int(round(self._fraction * dim)))
+    )
+    if k > dim:
+      raise ValueError(
+        f'num_coordinates must be in [1, {dim}] (the number '
+        f'of scalars in the value). Found {k!r}.'
+      )
+    return int(k)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    specs, flat_specs, sizes = _flat_spec(value_type)
+    dim = sum(sizes)
+    k = self.num_coordinates(dim)
+    k_type = tff.TensorType(np.float32, [k])
+    inner_factory = dp_fedavg.gaussian_fixed(
+      self._noise_multiplier,
+      self._clients_per_round,
+      self._clip,
+      seed=self._seed,
+      record_aggregation_factory=(
+        tff.aggregators.SecureSumFactory(self._clip, -self._clip)
+        if self._secure_sum
+        else None
+      ),
+    )
+    inner = inner_factory.create(k_type)
+    scale = dim / k if self._rescale else 1.0
+    seed = self._seed
+
+    @tff.tensorflow.computation
+    def initial_seed():
+      return tf.constant([seed, 1], tf.int64)  # [seed, 0] seeds the noise.
+
+    seed_type = initial_seed.type_signature.result
+
+    @tff.tensorflow.computation(seed_type)
+    def draw_coordinates(round_seed):
+      seeds = tf.random.experimental.stateless_split(round_seed, num=2)
+      scores = tf.random.stateless_uniform([dim], seed=seeds[0])
+      _, indices = tf.math.top_k(scores, k=k, sorted=False)
+      return tf.sort(indices), seeds[1]
+
+    indices_type = draw_coordinates.type_signature.result[0]
+
+    @tff.tensorflow.computation(value_type, indices_type)
+    def encode(value, indices):
+      flat = tf.concat(
+        [
+          tf.reshape(tf.cast(v, tf.float32), [-1])
+          for v in tf.nest.flatten(value)
+        ],
+        axis=0,
+      )
+      return tf.gather(flat, indices)
+
+    @tff.tensorflow.computation(k_type, indices_type)
+    def decode(values, indices):
+      dense = tf.scatter_nd(indices[:, None], values * scale, [dim])
+      parts = tf.split(dense, sizes)
+      tensors = [
+        tf.cast(tf.reshape(p, s.shape), s.dtype)
+        for p, s in zip(parts, flat_specs)
+      ]
+      return tf.nest.pack_sequence_as(specs, tensors)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(
+        collections.OrderedDict(
+          seed=tff.federated_eval(initial_seed, tff.SERVER),
+          dp=inner.initialize(),
+        )
+      )
+
+    @tff.federated_computation(
+      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+    )
+    def next_fn(state, value):
+      indices, next_seed = tff.federated_map(draw_coordinates, state.seed)
+      client_indices = tff.federated_broadcast(indices)
+      payload = tff.federated_map(encode, (value, client_indices))
+      out = inner.next(state.dp, payload)
+      result = tff.federated_map(decode, (out.result, indices))
+      new_state = tff.federated_zip(
+        collections.OrderedDict(seed=next_seed, dp=out.state)
+      )
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
+          dp=out.measurements,
+          num_coordinates=tff.federated_value(k, tff.SERVER),
+        )
+      )
+      return tff.templates.MeasuredProcessOutput(
+        new_state, result, measurements
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def upload_bytes(num_coordinates: int) -> int:
+  """Each client uploads the k float32 values."""
+  return 4 * int(num_coordinates)
+
+
+def fraction_for_rank(rank: int, layer_shapes) -> float:
+  """k/d matching CMP-Fed's rank-r payload r(m+n) summed over layers.
+
+  Seed 001 gives DP-RandAgg the compression ratio r(m+n)/(mn) of CMP-Fed;
+  `layer_shapes` are the (m, n) matrix shapes of the weight tensors.
+  """
+  k = sum(rank * (m + n) for m, n in layer_shapes)
+  d = sum(m * n for m, n in layer_shapes)
+  return min(1.0, k / d) if d else 1.0

@@ -1,0 +1,153 @@
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_dp import contexts
+from tff_dp import privacy
+from tff_dp import training
+from tff_dp.aggregators import dp_randagg
+
+STRUCT = tff.StructWithPythonType(
+  [tff.TensorType(np.float32, [2, 2]), tff.TensorType(np.float32, [2])], list
+)
+VALUE = [np.array([[1, 2], [3, 4]], np.float32), np.array([5, 6], np.float32)]
+
+
+@pytest.fixture(scope='module', autouse=True)
+def context():
+  contexts.set_simulation_context()
+
+
+def _selected(result):
+  flat = np.concatenate([np.ravel(r) for r in result])
+  return np.flatnonzero(flat), flat
+
+
+def test_zero_noise_exact_values_by_hand():
+  # k = 3 of d = 6 coordinates; two clients send the same value
+  # [1, 2, 3, 4, 5, 6] (norm 9.5 < clip 100, so unclipped). The sum of the
+  # selected coordinates over the expected 2 clients is the value itself
+  # there, and 0 elsewhere.
+  factory = dp_randagg.DPRandAggFactory(
+    0.0, 2, 100.0, num_coordinates=3, seed=1
+  )
+  process = factory.create(STRUCT)
+  out = process.next(process.initialize(), [VALUE, VALUE])
+  idx, flat = _selected(out.result)
+  assert len(idx) == 3
+  np.testing.assert_array_equal(flat[idx], np.arange(1, 7)[idx])
+  assert out.measurements['num_coordinates'] == 3
+  # rescale=True multiplies kept coordinates by d/k = 2.
+  factory = dp_randagg.DPRandAggFactory(
+    0.0, 2, 100.0, num_coordinates=3, seed=1, rescale=True
+  )
+  process = factory.create(STRUCT)
+  out2 = process.next(process.initialize(), [VALUE, VALUE])
+  np.testing.assert_array_equal(_selected(out2.result)[1], 2 * flat)
+
+
+def test_clipping_applies_to_the_k_vector():
+  # Selected values of [1..6] at indices idx, clipped to norm 1 on the
+  # k-vector: the result's nonzero part has norm 1 (one client, n = 1).
+  factory = dp_randagg.DPRandAggFactory(0.0, 1, 1.0, num_coordinates=3, seed=1)
+  process = factory.create(STRUCT)
+  out = process.next(process.initialize(), [VALUE])
+  idx, flat = _selected(out.result)
+  kept = np.arange(1, 7, dtype=np.float64)[idx]
+  np.testing.assert_allclose(flat[idx], kept / np.linalg.norm(kept), rtol=1e-5)
+
+
+def test_coordinates_shared_fresh_each_round_and_seeded():
+  factory = dp_randagg.DPRandAggFactory(0.0, 1, 100.0, fraction=0.5, seed=3)
+  process = factory.create(STRUCT)
+  state = process.initialize()
+  picks = []
+  for _ in range(6):
+    out = process.next(state, [VALUE])
+    state = out.state
+    picks.append(tuple(_selected(out.result)[0]))
+  assert len(set(picks)) > 1  # Redrawn every round.
+  again = factory.create(STRUCT)
+  out = again.next(again.initialize(), [VALUE])
+  assert tuple(_selected(out.result)[0]) == picks[0]
+
+
+def test_noise_only_on_selected_coordinates():
+  z, clip, n = 2.0, 0.5, 1
+  factory = dp_randagg.DPRandAggFactory(
+    z, n, clip, num_coordinates=400, seed=0, secure_sum=False
+  )
+  process = factory.create(tff.TensorType(np.float32, [1000]))
+  state = process.initialize()
+  draws = []
+  for _ in range(5):
+    out = process.next(state, [np.zeros(1000, np.float32)])
+    state = out.state
+    assert np.count_nonzero(out.result) == 400
+    draws.append(out.result[out.result != 0])
+  noise = np.concatenate(draws)  # 2,000 draws of N(0, (z clip / n)^2).
+  assert noise.std() == pytest.approx(z * clip / n, rel=0.07)
+  event = training.find_dp_events(state)[0]
+  assert event == dp_accounting.GaussianDpEvent(pytest.approx(z))
+
+
+def test_payload_and_bytes():
+  factory = dp_randagg.DPRandAggFactory(1.0, 10, 1.0, fraction=0.01)
+  assert factory.num_coordinates(1_663_370) == 16_634
+  assert dp_randagg.upload_bytes(16_634) == 4 * 16_634
+  # CMP-Fed rank 1 on a 100 x 10 matrix: r(m + n) / (m n) = 110 / 1000.
+  assert dp_randagg.fraction_for_rank(1, [(100, 10)]) == pytest.approx(0.11)
+
+
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (dict(num_coordinates=0), r'num_coordinates must be an integer >= 1'),
+    (dict(fraction=0.0), r'fraction must be in \(0, 1\]'),
+    (dict(fraction=1.5), r'fraction must be in \(0, 1\]'),
+    (dict(num_coordinates=2, fraction=0.5), 'exactly one of'),
+    (
+      dict(num_coordinates=2, noise_multiplier=-1.0),
+      'noise_multiplier must be a finite number >= 0',
+    ),
+    (dict(num_coordinates=2, clip=0.0), 'clip must be a finite number > 0'),
+  ],
+)
+def test_bad_args(kwargs, match):
+  args = dict(noise_multiplier=1.0, clients_per_round=10, clip=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    dp_randagg.DPRandAggFactory(**args)
+
+
+def test_k_larger_than_dimension():
+  factory = dp_randagg.DPRandAggFactory(1.0, 10, 1.0, num_coordinates=7)
+  with pytest.raises(ValueError, match=r'num_coordinates must be in \[1, 6\]'):
+    factory.create(STRUCT)
+
+
+@pytest.mark.usefixtures('shared_data_dir')
+def test_runner_method_accounts_and_counts_bytes(tmp_path):
+  summary = training.run_experiment(
+    training.ExperimentConfig(
+      task='heart_disease',
+      method='dp_randagg',
+      rounds=2,
+      client_sampling_rate=1.0,
+      noise_multiplier=1.0,
+      delta=1e-3,
+      randagg_fraction=0.1,
+      batch_size=32,
+      output_dir=str(tmp_path / 'r'),
+    )
+  )
+  k = round(0.1 * 1281)
+  assert summary['bytes_per_client_per_round'] == {
+    'down': 4 * 1281 + 4 * k,
+    'up': 4 * k,
+  }
+  event = privacy.event_from_dict(summary['dp_events'][-1])
+  assert event == dp_accounting.PoissonSampledDpEvent(
+    1.0, dp_accounting.GaussianDpEvent(pytest.approx(1.0))
+  )
