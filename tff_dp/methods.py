@@ -18,6 +18,8 @@ from tff_dp import communication
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
+from tff_dp.client_works import blur
+from tff_dp.client_works import lus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +35,8 @@ class MethodParams:
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
   randagg_fraction: float = 0.01
+  blur_lambda: float = 0.4
+  lus_sparsity: float = 0.7
 
 
 AggregatorBuilder = Callable[
@@ -60,6 +64,9 @@ class Method:
     event_from_state: Whether the recorded event is read from the
       aggregator state (TFF's `DPAggregatorState.dp_event`).
     extra_download_bytes: Bytes sent down besides the float32 model.
+    build_client_work: `(params, client_model_fn, client_optimizer) ->
+      ClientWorkProcess` for methods that change local training (default:
+      TFF's model-delta training).
     preflight: Raises ValueError if this process cannot run the method
       (checked before any data is loaded).
     event_from_measurements: If set, maps the round's aggregator
@@ -77,6 +84,9 @@ class Method:
   ] = None
   event_from_state: bool = False
   preflight: Callable[[], None] = lambda: None
+  build_client_work: Optional[Callable[[MethodParams, Callable, Any], Any]] = (
+    None
+  )
   extra_download_bytes: Callable[[MethodParams], int] = lambda p: 0
   event_from_measurements: Optional[
     Callable[[Mapping[str, Any]], dp_accounting.DpEvent]
@@ -235,5 +245,68 @@ register(
     extra_download_bytes=lambda p: 4 * _randagg_k(p),
     round_event=_gaussian,
     event_from_state=True,
+  )
+)
+
+
+def _dp_fedavg_aggregator(p: MethodParams):
+  return dp_fedavg.gaussian_fixed(
+    p.noise_multiplier, p.expected_clients_per_round, p.clip, seed=p.seed
+  )
+
+
+register(
+  Method(
+    name='blur',
+    description=(
+      'BLUR (seed 000): local hinge-squared proximal term '
+      'lambda/2 max(0, ||w - w_t||^2 - S^2) with S = --clip; DP-FedAvg.'
+    ),
+    private=True,
+    build_aggregator=_dp_fedavg_aggregator,
+    upload_bytes=_dense_upload,
+    round_event=_gaussian,
+    event_from_state=True,
+    build_client_work=lambda p, model_fn, opt: blur.build_blur_client_work(
+      model_fn, opt, lam=p.blur_lambda, clip_norm=p.clip
+    ),
+  )
+)
+
+register(
+  Method(
+    name='lus',
+    description=(
+      'LUS (seed 000): per-layer top-s of |grad * delta| after local '
+      'training, sparsity --lus_sparsity; DP-FedAvg.'
+    ),
+    private=True,
+    build_aggregator=_dp_fedavg_aggregator,
+    # Sparse, but sent dense through secure sum (as in seed 000).
+    upload_bytes=_dense_upload,
+    round_event=_gaussian,
+    event_from_state=True,
+    build_client_work=lambda p, model_fn, opt: lus.build_lus_client_work(
+      model_fn, opt, sparsity=p.lus_sparsity
+    ),
+  )
+)
+
+register(
+  Method(
+    name='blur_lus',
+    description='BLUR and LUS together (seed 000, Alg. 2); DP-FedAvg.',
+    private=True,
+    build_aggregator=_dp_fedavg_aggregator,
+    upload_bytes=_dense_upload,
+    round_event=_gaussian,
+    event_from_state=True,
+    build_client_work=lambda p, model_fn, opt: lus.build_lus_client_work(
+      model_fn,
+      opt,
+      sparsity=p.lus_sparsity,
+      blur_lam=p.blur_lambda,
+      clip_norm=p.clip,
+    ),
   )
 )

@@ -103,6 +103,12 @@ _RANDAGG = flags.DEFINE_float(
   _D.randagg_fraction,
   'DP-RandAgg: fraction k/d of coordinates sent each round, in (0, 1].',
 )
+_BLUR_LAMBDA = flags.DEFINE_float(
+  'blur_lambda', _D.blur_lambda, 'BLUR: lambda of the proximal hinge (>= 0).'
+)
+_LUS_SPARSITY = flags.DEFINE_float(
+  'lus_sparsity', _D.lus_sparsity, 'LUS: sparsity c = 1 - s/d in [0, 1).'
+)
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
   'local_epochs', _D.local_epochs, "Local passes over a client's data."
@@ -181,6 +187,8 @@ def config_from_flags() -> training.ExperimentConfig:
     clip_learning_rate=_CLIP_LR.value,
     ddgauss_bits=_BITS.value,
     randagg_fraction=_RANDAGG.value,
+    blur_lambda=_BLUR_LAMBDA.value,
+    lus_sparsity=_LUS_SPARSITY.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

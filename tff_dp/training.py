@@ -72,6 +72,8 @@ class ExperimentConfig:
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
   randagg_fraction: float = 0.01
+  blur_lambda: float = 0.4
+  lus_sparsity: float = 0.7
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -155,6 +157,14 @@ class ExperimentConfig:
     if not 0 < self.randagg_fraction <= 1:
       raise ValueError(
         f'randagg_fraction must be in (0, 1]. Found {self.randagg_fraction!r}.'
+      )
+    if not (math.isfinite(self.blur_lambda) and self.blur_lambda >= 0):
+      raise ValueError(
+        f'blur_lambda must be a finite number >= 0. Found {self.blur_lambda!r}.'
+      )
+    if not 0 <= self.lus_sparsity < 1:
+      raise ValueError(
+        f'lus_sparsity must be in [0, 1). Found {self.lus_sparsity!r}.'
       )
     method = methods_lib.METHODS[self.method]
     if (
@@ -447,6 +457,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
     clip_learning_rate=config.clip_learning_rate,
     ddgauss_bits=config.ddgauss_bits,
     randagg_fraction=config.randagg_fraction,
+    blur_lambda=config.blur_lambda,
+    lus_sparsity=config.lus_sparsity,
   )
   delta = None
   if method.private:
@@ -490,16 +502,24 @@ def prepare(config: ExperimentConfig) -> Prepared:
   contexts.set_simulation_context(
     config.max_concurrent_computation_calls, config.intra_op_threads
   )
+  client_optimizer = tff.learning.optimizers.build_sgdm(
+    config.client_lr, momentum=config.client_momentum or None
+  )
+  client_model_fn = task.client_model_fn(config.device or None)
+  client_work = None
+  if method.build_client_work is not None:
+    client_work = method.build_client_work(
+      params, client_model_fn, client_optimizer
+    )
   process = composition.build_learning_process(
     task.model_fn,
-    client_optimizer=tff.learning.optimizers.build_sgdm(
-      config.client_lr, momentum=config.client_momentum or None
-    ),
+    client_optimizer=client_optimizer,
     server_optimizer=tff.learning.optimizers.build_sgdm(
       config.server_lr, momentum=config.server_momentum or None
     ),
     model_aggregator=method.build_aggregator(params),
-    client_model_fn=task.client_model_fn(config.device or None),
+    client_model_fn=client_model_fn,
+    client_work=client_work,
   )
 
   return Prepared(task, method, params, sampling, delta, cost, process)

@@ -198,6 +198,9 @@ def test_other_flags_in_same_dir_fail(tmp_path):
     (dict(delta=1.0), r'delta must be in \(0, 1\). Found 1.0'),
     (dict(noise_multiplier=None), r'is private: set --noise_multiplier'),
     (dict(clients_per_round=3), r'not both'),
+    (dict(blur_lambda=-1.0), r'blur_lambda must be a finite number >= 0'),
+    (dict(lus_sparsity=1.0), r'lus_sparsity must be in \[0, 1\)'),
+    (dict(randagg_fraction=0.0), r'randagg_fraction must be in \(0, 1\]'),
   ],
 )
 def test_bad_config_fails_before_training(tmp_path, kwargs, match):

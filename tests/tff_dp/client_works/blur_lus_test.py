@@ -1,0 +1,165 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp import contexts
+from tff_dp.client_works import blur
+from tff_dp.client_works import lus
+from tff_dp.tasks import medical
+from tff_dp.tasks import task as task_lib
+
+
+def test_blur_penalty_and_gradient_are_analytic():
+  lam, s = 0.4, 1.0
+  penalty = blur.blur_penalty(lam, s)
+  w0 = (tf.constant([0.0, 0.0]), tf.constant([1.0]))
+  # Outside the ball: ||w - w0||^2 = 4 + 1 + 4 = 9 > S^2 = 1.
+  w = (tf.Variable([2.0, 1.0]), tf.Variable([3.0]))
+  with tf.GradientTape() as tape:
+    value = penalty(w, w0)
+  assert float(value) == pytest.approx(0.5 * lam * (9.0 - 1.0))
+  grads = tape.gradient(value, w)
+  # d/dw lambda/2 (||w - w0||^2 - S^2) = lambda (w - w0).
+  np.testing.assert_allclose(grads[0], lam * np.array([2.0, 1.0]))
+  np.testing.assert_allclose(grads[1], lam * np.array([2.0]))
+  # Inside the ball: zero penalty, zero gradient.
+  w_in = (tf.Variable([0.5, 0.0]), tf.Variable([1.0]))
+  with tf.GradientTape() as tape:
+    value = penalty(w_in, w0)
+  assert float(value) == 0.0
+  assert all(
+    float(tf.reduce_sum(tf.abs(g))) == 0.0 for g in tape.gradient(value, w_in)
+  )
+
+
+def test_lus_keeps_exactly_s_j_per_layer_by_score():
+  update = [
+    tf.constant([[1.0, -2.0], [3.0, 4.0]]),
+    tf.constant([5.0, 6.0, 7.0]),
+  ]
+  scores = [tf.constant([[0.9, 0.1], [0.5, 0.2]]), tf.constant([0.1, 0.3, 0.2])]
+  # c = 0.5: s_1 = 2 of 4 (scores 0.9 and 0.5), s_2 = round(1.5) = 2 of 3.
+  out = lus.sparsify(update, scores, 0.5)
+  np.testing.assert_array_equal(out[0], [[1.0, 0.0], [3.0, 0.0]])
+  np.testing.assert_array_equal(out[1], [0.0, 6.0, 7.0])
+  assert lus.kept_count(1_000, 0.7) == 300
+  assert lus.kept_count(1, 0.9) == 1  # At least one entry per layer.
+
+
+@pytest.mark.parametrize('sparsity', [-0.1, 1.0, 1.5])
+def test_lus_rejects_bad_sparsity(sparsity):
+  with pytest.raises(ValueError, match=r'sparsity must be in \[0, 1\)'):
+    lus.check_sparsity(sparsity)
+
+
+@pytest.mark.parametrize(
+  'lam, s, match',
+  [
+    (-0.1, 1.0, r'lam \(lambda\) must be a finite number >= 0'),
+    (0.4, 0.0, r'clip_norm \(S\) must be a number > 0'),
+  ],
+)
+def test_blur_rejects_bad_args(lam, s, match):
+  with pytest.raises(ValueError, match=match):
+    blur.blur_penalty(lam, s)
+
+
+@pytest.fixture(scope='module')
+def heart(shared_data_dir_module):
+  return medical.load_heart_disease(shared_data_dir_module)
+
+
+@pytest.fixture(scope='module')
+def shared_data_dir_module():
+  from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
+
+  path = data_dir.resolve_data_dir()
+  if not (path / 'heart_disease_4sites.csv').exists():
+    pytest.skip('real data not found')
+  return path
+
+
+def _run(task, client_work):
+  contexts.set_simulation_context()
+  preprocess = task_lib.client_preprocess_fn(32, seed=0)
+  data = [
+    preprocess(task.train_data.create_tf_dataset_for_client(c))
+    for c in task.train_data.client_ids[:2]
+  ]
+  initial = tff.learning.models.ModelWeights.from_model(
+    tff.learning.models.from_keras_model(
+      task.model_builder(),
+      loss=task.loss_builder(),
+      input_spec=task.batched_input_spec(),
+    )
+  )
+  initial = tf.nest.map_structure(lambda v: v.numpy(), initial)
+  out = client_work.next(client_work.initialize(), [initial, initial], data)
+  return out
+
+
+def test_blur_with_zero_lambda_equals_plain_training(heart):
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  plain = tff.learning.templates.build_model_delta_client_work(
+    heart.model_fn,
+    opt,
+    tff.learning.ClientWeighting.UNIFORM,
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+  )
+  ours = blur.build_blur_client_work(
+    heart.model_fn, opt, lam=0.0, clip_norm=1.0
+  )
+  a = _run(heart, plain).result
+  b = _run(heart, ours).result
+  for ra, rb in zip(a, b):
+    for x, y in zip(ra.update, rb.update):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+    assert ra.update_weight == rb.update_weight == 1.0
+
+
+def test_strong_blur_keeps_update_near_the_ball(heart):
+  # lr * lambda = 0.5: every step halves the excess over the ball.
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  free = _run(
+    heart,
+    blur.build_blur_client_work(heart.model_fn, opt, lam=0.0, clip_norm=0.05),
+  ).result
+  held = _run(
+    heart,
+    blur.build_blur_client_work(heart.model_fn, opt, lam=5.0, clip_norm=0.05),
+  ).result
+  norm = lambda r: np.sqrt(sum(np.sum(np.square(u)) for u in r.update))
+  assert norm(free[0]) > 0.2
+  assert norm(held[0]) < 0.5 * norm(free[0])
+
+
+def test_lus_client_work_sparsity_per_layer(heart):
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  work = lus.build_lus_client_work(
+    heart.model_fn, opt, sparsity=0.7, blur_lam=0.4, clip_norm=1.0
+  )
+  result = _run(heart, work).result[0]
+  for u in result.update:
+    assert np.count_nonzero(u) == lus.kept_count(u.size, 0.7)
+
+
+@pytest.mark.parametrize('method', ['blur', 'lus', 'blur_lus'])
+def test_runner_methods(heart, tmp_path, method):
+  del heart
+  from tff_dp import training  # pylint: disable=g-import-not-at-top
+
+  summary = training.run_experiment(
+    training.ExperimentConfig(
+      task='heart_disease',
+      method=method,
+      rounds=1,
+      client_sampling_rate=1.0,
+      noise_multiplier=0.5,
+      delta=1e-3,
+      batch_size=32,
+      output_dir=str(tmp_path / method),
+    )
+  )
+  assert summary['epsilon_rdp'] > 0
+  assert summary['bytes_per_client_per_round']['up'] == 4 * 1281

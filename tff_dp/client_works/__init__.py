@@ -1,0 +1,1 @@
+"""Client works: local training variants (BLUR, LUS, ...)."""

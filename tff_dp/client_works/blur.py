@@ -1,0 +1,76 @@
+"""BLUR: bounded local update regularisation (Cheng et al., CVPR 2022, eq. 5).
+
+"Differentially Private Federated Learning with Local Regularization and
+Sparsification" (seed 000). The local objective adds
+
+    lambda / 2 * max(0, ||w - w_t||^2 - S^2)
+
+towards the round's initial weights w_t, where S is the clipping threshold of
+the DP aggregator: updates are pulled inside the clip ball during training,
+so clipping later removes less signal. ||.|| is the L2 norm over all
+trainable weights together. Its gradient is lambda (w - w_t) outside the
+ball and 0 inside.
+"""
+
+from typing import Callable
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.client_works import _local_training
+
+
+def check_blur_args(lam: float, clip_norm: float) -> None:
+  if not (
+    isinstance(lam, (int, float)) and lam >= 0 and tf.math.is_finite(float(lam))
+  ):
+    raise ValueError(
+      f'lam (lambda) must be a finite number >= 0. Found ' f'{lam!r}.'
+    )
+  if not (isinstance(clip_norm, (int, float)) and clip_norm > 0):
+    raise ValueError(
+      f'clip_norm (S) must be a number > 0. Found ' f'{clip_norm!r}.'
+    )
+
+
+def blur_penalty(lam: float, clip_norm: float):
+  """`(trainable, initial) -> lambda/2 * max(0, ||w - w_t||^2 - S^2)`."""
+  check_blur_args(lam, clip_norm)
+
+  def penalty(trainable, initial):
+    sq = tf.add_n(
+      [tf.reduce_sum(tf.square(w - w0)) for w, w0 in zip(trainable, initial)]
+    )
+    return 0.5 * lam * tf.maximum(0.0, sq - clip_norm**2)
+
+  return penalty
+
+
+def build_blur_client_work(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  lam: float,
+  clip_norm: float,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.UNIFORM
+  ),
+) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta training with BLUR's hinge-squared proximal term.
+
+  Args:
+    model_fn: No-arg callable returning a fresh `tff.learning` model.
+    optimizer: The local optimizer.
+    lam: lambda, >= 0 (seed 000's default 0.4; grid 0.05-0.8).
+    clip_norm: S, the DP clip, > 0.
+    client_weighting: Uniform by default, as DP aggregation requires.
+
+  Raises:
+    ValueError: If lam < 0 or clip_norm <= 0.
+  """
+  return _local_training.build_client_work(
+    model_fn,
+    optimizer,
+    client_weighting=client_weighting,
+    penalty_fn=blur_penalty(lam, clip_norm),
+  )
