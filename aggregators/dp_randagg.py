@@ -57,6 +57,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     seed: int = 0,
     rescale: bool = False,
     secure_sum: bool = True,
+    fixed_indices: Optional[np.ndarray] = None,
   ):
     """Checks the arguments.
 
@@ -71,6 +72,9 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
       rescale: Multiply decoded coordinates by d/k (unbiased estimate).
       secure_sum: Sum the k-vectors with `tff.aggregators.SecureSumFactory`
         (bounds +-clip, which a clipped vector's coordinates already meet).
+      fixed_indices: If given, these flat coordinates every round instead of
+        a fresh random draw (FL-TOP's server-chosen Top-K); then
+        `num_coordinates` must equal their number.
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
@@ -88,6 +92,15 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
       isinstance(fraction, (int, float)) and 0 < fraction <= 1
     ):
       raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
+    if fixed_indices is not None:
+      fixed_indices = np.unique(np.asarray(fixed_indices, np.int64))
+      if num_coordinates != len(fixed_indices):
+        raise ValueError(
+          'num_coordinates must equal the number of distinct '
+          f'fixed_indices ({len(fixed_indices)}). Found '
+          f'{num_coordinates!r}.'
+        )
+    self._fixed_indices = fixed_indices
     # Validates noise_multiplier, clients_per_round and clip.
     dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
     self._noise_multiplier = float(noise_multiplier)
@@ -139,9 +152,18 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
 
     seed_type = initial_seed.type_signature.result
 
+    fixed = self._fixed_indices
+    if fixed is not None and (fixed.min() < 0 or fixed.max() >= dim):
+      raise ValueError(
+        f'fixed_indices must be in [0, {dim - 1}]. Found '
+        f'[{fixed.min()}, {fixed.max()}].'
+      )
+
     @tff.tensorflow.computation(seed_type)
     def draw_coordinates(round_seed):
       seeds = tf.random.experimental.stateless_split(round_seed, num=2)
+      if fixed is not None:
+        return tf.constant(fixed, tf.int32), seeds[1]
       scores = tf.random.stateless_uniform([dim], seed=seeds[0])
       _, indices = tf.math.top_k(scores, k=k, sorted=False)
       return tf.sort(indices), seeds[1]

@@ -18,7 +18,9 @@ from tff_dp import communication
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
+from tff_dp import public_data
 from tff_dp.client_works import blur
+from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
 
 
@@ -37,6 +39,9 @@ class MethodParams:
   randagg_fraction: float = 0.01
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
+  top_k_ratio: float = 0.005
+  top_k_indices: Optional[Any] = None
+  top_k_masks: Optional[Any] = None
 
 
 AggregatorBuilder = Callable[
@@ -64,6 +69,8 @@ class Method:
     event_from_state: Whether the recorded event is read from the
       aggregator state (TFF's `DPAggregatorState.dp_event`).
     extra_download_bytes: Bytes sent down besides the float32 model.
+    setup: `(params, task, data_dir) -> params`, run once before the
+      process is built (FL-TOP selects its Top-K weights here).
     build_client_work: `(params, client_model_fn, client_optimizer) ->
       ClientWorkProcess` for methods that change local training (default:
       TFF's model-delta training).
@@ -84,6 +91,9 @@ class Method:
   ] = None
   event_from_state: bool = False
   preflight: Callable[[], None] = lambda: None
+  setup: Optional[
+    Callable[[MethodParams, Any, Optional[str]], MethodParams]
+  ] = None
   build_client_work: Optional[Callable[[MethodParams, Callable, Any], Any]] = (
     None
   )
@@ -310,3 +320,58 @@ register(
     ),
   )
 )
+
+
+def _fl_top_setup(p: MethodParams, task, data_dir) -> MethodParams:
+  x, y = public_data.public_batch(task.name, data_dir)
+  indices = fl_top.select_top_k(
+    task.model_builder(), task.loss_builder(), x, y, ratio=p.top_k_ratio
+  )
+  shapes = [tuple(v.shape) for v in task.model_builder().trainable_variables]
+  return dataclasses.replace(
+    p,
+    top_k_indices=indices,
+    top_k_masks=fl_top.masks_from_indices(indices, shapes),
+  )
+
+
+def _top_k_count(p: MethodParams) -> int:
+  return max(1, int(round(p.top_k_ratio * p.num_model_params)))
+
+
+def _fl_top_method(name: str, private: bool) -> Method:
+  def aggregator(p: MethodParams):
+    return dp_randagg.DPRandAggFactory(
+      p.noise_multiplier if private else 0.0,
+      p.expected_clients_per_round,
+      p.clip,
+      num_coordinates=len(p.top_k_indices),
+      fixed_indices=p.top_k_indices,
+      seed=p.seed,
+    )
+
+  return Method(
+    name=name,
+    description=(
+      f'{"FL-TOP-DP" if private else "FL-TOP"} (seed 004): the server picks '
+      'Top-K weights (--top_k_ratio) by |gradient| on a public batch; '
+      'clients train only those and send K clipped values'
+      + (', noised.' if private else '.')
+    ),
+    private=private,
+    build_aggregator=aggregator,
+    upload_bytes=lambda p: 4 * _top_k_count(p),
+    # Weights outside K stay w0, so only the K values come down.
+    extra_download_bytes=lambda p: 4 * _top_k_count(p)
+    - communication.dense_float32_bytes(p.num_model_params),
+    round_event=_gaussian if private else None,
+    event_from_state=private,
+    setup=_fl_top_setup,
+    build_client_work=lambda p, model_fn, opt: fl_top.build_masked_client_work(
+      model_fn, opt, masks=p.top_k_masks
+    ),
+  )
+
+
+register(_fl_top_method('fl_top', private=False))
+register(_fl_top_method('fl_top_dp', private=True))

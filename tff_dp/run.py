@@ -109,6 +109,11 @@ _BLUR_LAMBDA = flags.DEFINE_float(
 _LUS_SPARSITY = flags.DEFINE_float(
   'lus_sparsity', _D.lus_sparsity, 'LUS: sparsity c = 1 - s/d in [0, 1).'
 )
+_TOP_K = flags.DEFINE_float(
+  'top_k_ratio',
+  _D.top_k_ratio,
+  'FL-TOP: fraction K/d of weights trained and sent, in (0, 1].',
+)
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
   'local_epochs', _D.local_epochs, "Local passes over a client's data."
@@ -189,6 +194,7 @@ def config_from_flags() -> training.ExperimentConfig:
     randagg_fraction=_RANDAGG.value,
     blur_lambda=_BLUR_LAMBDA.value,
     lus_sparsity=_LUS_SPARSITY.value,
+    top_k_ratio=_TOP_K.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

@@ -74,6 +74,7 @@ class ExperimentConfig:
   randagg_fraction: float = 0.01
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
+  top_k_ratio: float = 0.005
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -166,7 +167,12 @@ class ExperimentConfig:
       raise ValueError(
         f'lus_sparsity must be in [0, 1). Found {self.lus_sparsity!r}.'
       )
+    if not 0 < self.top_k_ratio <= 1:
+      raise ValueError(
+        f'top_k_ratio must be in (0, 1]. Found {self.top_k_ratio!r}.'
+      )
     method = methods_lib.METHODS[self.method]
+    method.preflight()
     if (
       method.private
       and self.noise_multiplier is None
@@ -459,6 +465,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     randagg_fraction=config.randagg_fraction,
     blur_lambda=config.blur_lambda,
     lus_sparsity=config.lus_sparsity,
+    top_k_ratio=config.top_k_ratio,
   )
   delta = None
   if method.private:
@@ -487,6 +494,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
         config.accountant,
       )
     params = dataclasses.replace(params, noise_multiplier=float(noise))
+  if method.setup is not None:
+    params = method.setup(params, task, config.data_dir)
   cost = method.cost(params)
   logging.info(
     'Task: %s | method: %s | sampling: %s | %d params | '

@@ -6,7 +6,9 @@ metrics and non-finite handling), with two hooks the techniques need:
 * `penalty_fn(trainable, initial_trainable) -> scalar` is added to the loss
   of every local step (BLUR's proximal hinge);
 * `update_fn(update, model, dataset) -> update` transforms the model delta
-  after training (LUS's sparsification), with the trained model at hand.
+  after training (LUS's sparsification), with the trained model at hand;
+* `after_step_fn(trainable, initial) -> values` rewrites the weights after
+  every step (FL-TOP's reset of untrained weights to w0).
 """
 
 import collections
@@ -35,6 +37,7 @@ def build_client_work(
     tff.learning.ClientWeighting.NUM_EXAMPLES
   ),
   penalty_fn: Optional[PenaltyFn] = None,
+  after_step_fn: Optional[Callable[[Any, Any], Any]] = None,
   update_fn: Optional[UpdateFn] = None,
   extra_metrics_fn: Optional[Callable[[Any], dict]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
@@ -45,6 +48,8 @@ def build_client_work(
     optimizer: The local `tff.learning.optimizers.Optimizer`.
     client_weighting: Example-count or uniform update weights.
     penalty_fn: Added to each step's loss (differentiated with it).
+    after_step_fn: `(trainable, initial) -> new trainable values` applied
+      after every step (FL-TOP resets untrained weights to w0).
     update_fn: Maps the final model delta (initial - final weights).
     extra_metrics_fn: Maps the final delta to extra per-client scalars that
       are summed over clients under `train/`.
@@ -99,6 +104,9 @@ def build_client_work(
       opt_state, updated = optimizer.next(opt_state, trainable, grads)
       for v, u in zip(trainable, updated):
         v.assign(u)
+      if after_step_fn is not None:
+        for v, u in zip(trainable, after_step_fn(trainable, initial_trainable)):
+          v.assign(u)
       num_examples += tf.shape(output.predictions, out_type=tf.int64)[0]
     delta = tf.nest.map_structure(
       tf.subtract, initial_weights.trainable, weights.trainable

@@ -1,0 +1,119 @@
+"""FL-TOP(-DP): train a fixed Top-K weight subset (Kerkouche et al., seed 004).
+
+"Constrained Differentially Private Federated Learning for Low-bandwidth
+Devices" (UAI 2021), Alg. 1-3. Before training, the server starts from w0,
+runs `init_steps` SGD steps on a small public batch, accumulating each
+parameter's |gradient|, and keeps the K = ratio * d parameters with the
+largest sum (`select_top_k`). Clients then train only those weights: after
+every local step the others are reset to w0 (`build_masked_client_work`), so
+their update is zero outside the K coordinates. The aggregator
+(`tff_dp.aggregators.dp_randagg.DPRandAggFactory(fixed_indices=...)`) takes
+only the K values from each client, clips them, adds Gaussian noise for
+FL-TOP-DP (none for FL-TOP), sums them with secure sum, and scatters the mean
+back. Since every weight outside K stays w0 forever, only the K values need
+to travel down as well (declared bytes: 4K down and up).
+"""
+
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.client_works import _local_training
+
+
+def check_ratio(ratio: float) -> None:
+  if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
+    raise ValueError(f'top_k_ratio must be in (0, 1]. Found {ratio!r}.')
+
+
+def select_top_k(
+  model: tf.keras.Model,
+  loss: tf.keras.losses.Loss,
+  x: np.ndarray,
+  y: np.ndarray,
+  *,
+  ratio: float,
+  init_steps: int = 10,
+  learning_rate: float = 0.01,
+) -> np.ndarray:
+  """Flat indices of the K weights with the largest accumulated |gradient|.
+
+  Args:
+    model: The model at w0 (its weights are trained in place: pass a copy).
+    loss: The task loss.
+    x: Public inputs (one batch), never from a training client.
+    y: Public labels.
+    ratio: K / d in (0, 1].
+    init_steps: T_init SGD steps on the batch, >= 1.
+    learning_rate: Their learning rate, > 0.
+
+  Returns:
+    Sorted flat indices into the concatenation of the trainable weights.
+  """
+  check_ratio(ratio)
+  if not isinstance(init_steps, int) or init_steps < 1:
+    raise ValueError(
+      f'init_steps must be an integer >= 1. Found ' f'{init_steps!r}.'
+    )
+  if not learning_rate > 0:
+    raise ValueError(f'learning_rate must be > 0. Found {learning_rate!r}.')
+  variables = model.trainable_variables
+  total = [np.zeros(v.shape, np.float64) for v in variables]
+  for _ in range(init_steps):
+    with tf.GradientTape() as tape:
+      value = loss(y, model(x, training=True))
+    grads = tape.gradient(value, variables)
+    for t, g, v in zip(total, grads, variables):
+      t += np.abs(g.numpy())
+      v.assign_sub(learning_rate * g)
+  flat = np.concatenate([t.ravel() for t in total])
+  k = max(1, int(round(ratio * flat.size)))
+  # Stable: ties broken by index, so the choice is deterministic.
+  order = np.argsort(-flat, kind='stable')[:k]
+  return np.sort(order)
+
+
+def masks_from_indices(
+  indices: np.ndarray, shapes: Sequence[Sequence[int]]
+) -> list[np.ndarray]:
+  """Per-tensor 0/1 float32 masks of the flat `indices`."""
+  sizes = [int(np.prod(s)) for s in shapes]
+  flat = np.zeros(sum(sizes), np.float32)
+  flat[indices] = 1.0
+  parts = np.split(flat, np.cumsum(sizes)[:-1])
+  return [p.reshape(s) for p, s in zip(parts, shapes)]
+
+
+def build_masked_client_work(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  masks: Sequence[np.ndarray],
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.UNIFORM
+  ),
+) -> tff.learning.templates.ClientWorkProcess:
+  """Local training of the masked weights only; the rest reset to w0.
+
+  Args:
+    model_fn: No-arg callable returning a fresh `tff.learning` model.
+    optimizer: The local optimizer.
+    masks: One 0/1 array per trainable tensor (1 = trained).
+    client_weighting: Uniform by default, as DP aggregation requires.
+  """
+  masks = [np.asarray(m, np.float32) for m in masks]
+
+  def reset_untrained(trainable, initial):
+    return [
+      tf.where(tf.constant(m) > 0, w, w0)
+      for w, w0, m in zip(trainable, initial, masks)
+    ]
+
+  return _local_training.build_client_work(
+    model_fn,
+    optimizer,
+    client_weighting=client_weighting,
+    after_step_fn=reset_untrained,
+  )
