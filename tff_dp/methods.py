@@ -187,6 +187,16 @@ register(
   )
 )
 
+
+def _ddgauss_preflight() -> None:
+  if not ddgauss.protobuf_supports_ddgauss():
+    raise ValueError(
+      "Method ddgauss needs protobuf's pure-Python backend: set "
+      f'{ddgauss.PROTOBUF_ENV}=python before TensorFlow is imported '
+      '(python -m tff_dp.run --method=ddgauss does so itself).'
+    )
+
+
 register(
   Method(
     name='ddgauss',
@@ -213,21 +223,8 @@ register(
       p.ddgauss_bits,
     ),
     event_from_measurements=ddgauss.round_event_from_measurements,
+    preflight=_ddgauss_preflight,
   )
-)
-
-
-def _ddgauss_preflight() -> None:
-  if not ddgauss.protobuf_supports_ddgauss():
-    raise ValueError(
-      "Method ddgauss needs protobuf's pure-Python backend: set "
-      f'{ddgauss.PROTOBUF_ENV}=python before TensorFlow is imported '
-      '(python -m tff_dp.run --method=ddgauss does so itself).'
-    )
-
-
-METHODS['ddgauss'] = dataclasses.replace(
-  METHODS['ddgauss'], preflight=_ddgauss_preflight
 )
 
 
@@ -265,53 +262,49 @@ def _dp_fedavg_aggregator(p: MethodParams):
   )
 
 
-register(
-  Method(
-    name='blur',
-    description=(
-      'BLUR (seed 000): local hinge-squared proximal term '
-      'lambda/2 max(0, ||w - w_t||^2 - S^2) with S = --clip; DP-FedAvg.'
-    ),
+def _dp_fedavg_client_work_method(name, description, build_client_work):
+  """A method of local training `build_client_work` + DP-FedAvg aggregation.
+
+  The update is sent dense through secure sum (LUS's zeros included, as in
+  seed 000), so it uploads the full float32 update.
+  """
+  return Method(
+    name=name,
+    description=description,
     private=True,
     build_aggregator=_dp_fedavg_aggregator,
     upload_bytes=_dense_upload,
     round_event=_gaussian,
     event_from_state=True,
-    build_client_work=lambda p, model_fn, opt: blur.build_blur_client_work(
+    build_client_work=build_client_work,
+  )
+
+
+register(
+  _dp_fedavg_client_work_method(
+    'blur',
+    'BLUR (seed 000): local hinge-squared proximal term '
+    'lambda/2 max(0, ||w - w_t||^2 - S^2) with S = --clip; DP-FedAvg.',
+    lambda p, model_fn, opt: blur.build_blur_client_work(
       model_fn, opt, lam=p.blur_lambda, clip_norm=p.clip
     ),
   )
 )
-
 register(
-  Method(
-    name='lus',
-    description=(
-      'LUS (seed 000): per-layer top-s of |grad * delta| after local '
-      'training, sparsity --lus_sparsity; DP-FedAvg.'
-    ),
-    private=True,
-    build_aggregator=_dp_fedavg_aggregator,
-    # Sparse, but sent dense through secure sum (as in seed 000).
-    upload_bytes=_dense_upload,
-    round_event=_gaussian,
-    event_from_state=True,
-    build_client_work=lambda p, model_fn, opt: lus.build_lus_client_work(
+  _dp_fedavg_client_work_method(
+    'lus',
+    'LUS (seed 000): per-layer top-s of |grad * delta| after local '
+    'training, sparsity --lus_sparsity; DP-FedAvg.',
+    lambda p, model_fn, opt: lus.build_lus_client_work(
       model_fn, opt, sparsity=p.lus_sparsity
     ),
   )
 )
-
 register(
-  Method(
-    name='blur_lus',
-    description='BLUR and LUS together (seed 000, Alg. 2); DP-FedAvg.',
-    private=True,
-    build_aggregator=_dp_fedavg_aggregator,
-    upload_bytes=_dense_upload,
-    round_event=_gaussian,
-    event_from_state=True,
-    build_client_work=lambda p, model_fn, opt: lus.build_lus_client_work(
+  _dp_fedavg_client_work_method(
+    'blur_lus',
+    'BLUR and LUS together (seed 000, Alg. 2); DP-FedAvg.',
+    lambda p, model_fn, opt: lus.build_lus_client_work(
       model_fn,
       opt,
       sparsity=p.lus_sparsity,
