@@ -179,8 +179,20 @@ class FederatedTask:
     )
 
   def to_baseline_task(
-    self, train_preprocess_fn=None, eval_preprocess_fn=None
+    self,
+    batch_size: int = 10,
+    train_preprocess_fn=None,
+    eval_preprocess_fn=None,
   ) -> tff.simulation.baselines.BaselineTask:
+    """This task as a `tff.simulation.baselines.BaselineTask`.
+
+    The model takes batches, so the preprocessing defaults batch by
+    `batch_size` (training: `client_preprocess_fn(batch_size)`, one epoch).
+    """
+    if train_preprocess_fn is None:
+      train_preprocess_fn = client_preprocess_fn(batch_size)
+    if eval_preprocess_fn is None:
+      eval_preprocess_fn = lambda ds: ds.batch(batch_size)
     datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=self.train_data,
       test_data=self.test_dataset(),

@@ -9,7 +9,6 @@ transport framing or secure-aggregation overhead.
 import dataclasses
 
 import numpy as np
-import tensorflow_federated as tff
 
 FLOAT32_BYTES = 4
 
@@ -20,15 +19,6 @@ class CommunicationCost:
 
   down: int
   up: int
-
-
-def num_elements(type_spec) -> int:
-  """Number of scalars in a (nested) TFF or TF tensor type."""
-  if isinstance(type_spec, tff.TensorType):
-    return int(np.prod(type_spec.shape, dtype=np.int64))
-  if isinstance(type_spec, tff.StructType):
-    return sum(num_elements(t) for t in type_spec)
-  raise TypeError(f'Expected a tensor or struct type. Found {type_spec!r}.')
 
 
 def dense_float32_bytes(num_values: int) -> int:

@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 import json
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import attr
 import dp_accounting
@@ -386,7 +386,3 @@ def calibrate_noise_multiplier(
 
 def pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
   return float(pld.PLDAccountant().compose(event).get_epsilon(delta))
-
-
-def describe(events: Sequence[dp_accounting.DpEvent]) -> str:
-  return '; '.join(str(e) for e in events)

@@ -454,18 +454,16 @@ def prepare(config: ExperimentConfig) -> Prepared:
   client_ids = task.train_data.client_ids
   sampling = sampling_for(config, len(client_ids), method.private)
   num_params = task.num_parameters()
+  # Every method hyperparameter is a config field of the same name.
+  shared = {
+    f.name: getattr(config, f.name)
+    for f in dataclasses.fields(methods_lib.MethodParams)
+    if hasattr(config, f.name) and f.name != 'noise_multiplier'
+  }
   params = methods_lib.MethodParams(
     num_model_params=num_params,
     expected_clients_per_round=sampling.expected_clients_per_round,
-    clip=config.clip,
-    seed=config.seed,
-    target_unclipped_quantile=config.target_unclipped_quantile,
-    clip_learning_rate=config.clip_learning_rate,
-    ddgauss_bits=config.ddgauss_bits,
-    randagg_fraction=config.randagg_fraction,
-    blur_lambda=config.blur_lambda,
-    lus_sparsity=config.lus_sparsity,
-    top_k_ratio=config.top_k_ratio,
+    **shared,
   )
   delta = None
   if method.private:

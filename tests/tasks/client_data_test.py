@@ -93,3 +93,21 @@ def test_task_model_fn_runs_fedavg_round(shared_data_dir):
   assert train['num_examples'] == int(task.train_data.client_sizes().sum())
   assert set(train) >= {'loss', 'balanced_accuracy', 'auroc'}
   assert np.isfinite(train['loss'])
+
+
+def test_to_baseline_task(shared_data_dir):
+  task = medical.load_heart_disease(shared_data_dir)
+  baseline = task.to_baseline_task()
+  assert isinstance(baseline, tff.simulation.baselines.BaselineTask)
+  assert baseline.datasets.train_data.client_ids == task.train_data.client_ids
+  test = baseline.datasets.get_centralized_test_data()
+  assert sum(len(b['y']) for b in test) == len(task.test_y)
+  client = baseline.datasets.train_data.client_ids[0]
+  batch = next(
+    iter(
+      baseline.datasets.train_data.preprocess(
+        baseline.datasets.train_preprocess_fn
+      ).create_tf_dataset_for_client(client)
+    )
+  )
+  assert batch['x'].shape[0] == 10

@@ -12,6 +12,7 @@ trainable weights together. Its gradient is lambda (w - w_t) outside the
 ball and 0 inside.
 """
 
+import math
 from typing import Callable
 
 import tensorflow as tf
@@ -21,9 +22,7 @@ from tff_dp.client_works import _local_training
 
 
 def check_blur_args(lam: float, clip_norm: float) -> None:
-  if not (
-    isinstance(lam, (int, float)) and lam >= 0 and tf.math.is_finite(float(lam))
-  ):
+  if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0):
     raise ValueError(
       f'lam (lambda) must be a finite number >= 0. Found ' f'{lam!r}.'
     )
