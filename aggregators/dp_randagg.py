@@ -43,6 +43,23 @@ def _flat_spec(value_type):
   return specs, flat, sizes
 
 
+def initial_coordinate_seed(seed: int) -> np.ndarray:
+  """The coordinate sampler's first state (`[seed, 0]` seeds the noise)."""
+  return np.array([int(seed), 1], np.int64)
+
+
+def draw_random_coordinates(round_seed: tf.Tensor, dim: int, k: int):
+  """`(sorted k of dim coordinates, next round's seed)`, stateless.
+
+  The aggregator draws its coordinates with this; FL-BASIC's client work
+  runs the same chain from the same seed, so both pick the same k.
+  """
+  seeds = tf.random.experimental.stateless_split(round_seed, num=2)
+  scores = tf.random.stateless_uniform([dim], seed=seeds[0])
+  _, indices = tf.math.top_k(scores, k=k, sorted=False)
+  return tf.sort(indices), seeds[1]
+
+
 class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
   """DP-RandAgg aggregation factory (see module docstring)."""
 
@@ -148,7 +165,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation
     def initial_seed():
-      return tf.constant([seed, 1], tf.int64)  # [seed, 0] seeds the noise.
+      return tf.constant(initial_coordinate_seed(seed))
 
     seed_type = initial_seed.type_signature.result
 
@@ -161,12 +178,10 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(seed_type)
     def draw_coordinates(round_seed):
-      seeds = tf.random.experimental.stateless_split(round_seed, num=2)
       if fixed is not None:
+        seeds = tf.random.experimental.stateless_split(round_seed, num=2)
         return tf.constant(fixed, tf.int32), seeds[1]
-      scores = tf.random.stateless_uniform([dim], seed=seeds[0])
-      _, indices = tf.math.top_k(scores, k=k, sorted=False)
-      return tf.sort(indices), seeds[1]
+      return draw_random_coordinates(round_seed, dim, k)
 
     indices_type = draw_coordinates.type_signature.result[0]
 

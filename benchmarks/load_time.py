@@ -20,11 +20,15 @@ from absl import flags  # noqa: E402
 from benchmarks import results_table  # noqa: E402
 
 _TASKS = flags.DEFINE_list(
-    'tasks', 'fashion_mnist_iid,fashion_mnist_5labels,emnist,'
-    'cifar10_dirichlet,physionet2012,heart_disease', 'Tasks to time.')
+  'tasks',
+  'fashion_mnist_iid,fashion_mnist_5labels,emnist,'
+  'cifar10_dirichlet,physionet2012,heart_disease',
+  'Tasks to time.',
+)
 _ONE = flags.DEFINE_string('one', None, 'Worker: time this task only.')
-_OUTPUT = flags.DEFINE_string('output', 'benchmarks/results/load_time.md',
-                              'Results markdown file.')
+_OUTPUT = flags.DEFINE_string(
+  'output', 'benchmarks/results/load_time.md', 'Results markdown file.'
+)
 
 
 def main(argv):
@@ -35,27 +39,47 @@ def main(argv):
     start = time.perf_counter()
     task = tasks.load_task(_ONE.value)
     seconds = time.perf_counter() - start
-    print('RESULT ' + json.dumps({
-        'seconds': seconds, 'clients': len(task.train_data.client_ids),
-        'description': task.description}))
+    print(
+      'RESULT '
+      + json.dumps(
+        {
+          'seconds': seconds,
+          'clients': len(task.train_data.client_ids),
+          'description': task.description,
+        }
+      )
+    )
     return
   for name in _TASKS.value:
-    done = subprocess.run([sys.executable, '-m', 'benchmarks.load_time',
-                           f'--one={name}'], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+      [sys.executable, '-m', 'benchmarks.load_time', f'--one={name}'],
+      capture_output=True,
+      text=True,
+      check=True,
+    )
     line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
-    r = json.loads(line[-1][len('RESULT '):])
+    r = json.loads(line[-1][len('RESULT ') :])
     print(name, f"{r['seconds']:.2f} s", flush=True)
-    row = {'task': name, 'clients': r['clients'],
-           'load s': round(r['seconds'], 2), 'description': r['description'],
-           'date': results_table.today(),
-           'command': f'python -m benchmarks.load_time --tasks={name}'}
+    row = {
+      'task': name,
+      'clients': r['clients'],
+      'load s': round(r['seconds'], 2),
+      'description': r['description'],
+      'date': results_table.today(),
+      'command': f'python -m benchmarks.load_time --tasks={name}',
+    }
     results_table.update(
-        _OUTPUT.value, name, row, title='Seconds to load a federation',
-        columns=list(row), notes=(
-            '`tff_dp.tasks.load_task(name)` in a fresh process, TF and TFF '
-            'already imported, file cache warm (CIFAR-10: from the decoded '
-            f'cache). Machine: {results_table.machine()}.'))
+      _OUTPUT.value,
+      name,
+      row,
+      title='Seconds to load a federation',
+      columns=list(row),
+      notes=(
+        '`tff_dp.tasks.load_task(name)` in a fresh process, TF and TFF '
+        'already imported, file cache warm (CIFAR-10: from the decoded '
+        f'cache). Machine: {results_table.machine()}.'
+      ),
+    )
 
 
 if __name__ == '__main__':

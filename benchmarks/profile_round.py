@@ -26,8 +26,9 @@ from tff_dp import training  # noqa: E402
 _STEPS = flags.DEFINE_integer('local_steps', 10, 'Local steps (batch 10).')
 _MODEL = flags.DEFINE_string('model', 'cnn', 'Fashion-MNIST model.')
 _METHOD = flags.DEFINE_string('method', 'dp_fedavg', 'Method.')
-_ZERO = flags.DEFINE_bool('zero_init', True,
-                          'Client models with zero initializers.')
+_ZERO = flags.DEFINE_bool(
+  'zero_init', True, 'Client models with zero initializers.'
+)
 _CONC = flags.DEFINE_integer('concurrency', 2, 'Concurrent computations.')
 _INTRA = flags.DEFINE_integer('intra_op_threads', 1, 'Worker intra threads.')
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds.')
@@ -42,20 +43,32 @@ def _cpu_seconds(pid: int) -> float:
 def main(argv):
   del argv
   config = training.ExperimentConfig(
-      task='fashion_mnist_iid', method=_METHOD.value, rounds=_ROUNDS.value + 1,
-      clients_per_round=100, noise_multiplier=1.185, delta=1e-4, clip=1.0,
-      batch_size=10, local_epochs=_STEPS.value, local_steps=_STEPS.value,
-      client_lr=0.05, max_concurrent_computation_calls=_CONC.value,
-      intra_op_threads=_INTRA.value,
-      task_kwargs=(('model', _MODEL.value),))
+    task='fashion_mnist_iid',
+    method=_METHOD.value,
+    rounds=_ROUNDS.value + 1,
+    clients_per_round=100,
+    noise_multiplier=1.185,
+    delta=1e-4,
+    clip=1.0,
+    batch_size=10,
+    local_epochs=_STEPS.value,
+    local_steps=_STEPS.value,
+    client_lr=0.05,
+    max_concurrent_computation_calls=_CONC.value,
+    intra_op_threads=_INTRA.value,
+    task_kwargs=(('model', _MODEL.value),),
+  )
   config.validate()
   if not _ZERO.value:
     # The same process with client models built by the seeded builder.
     task_cls = training.tasks_lib.FederatedTask
     task_cls.client_model_fn = lambda self, device=None: self.model_fn
   prepared = training.prepare(config)
-  ids = list(np.random.default_rng(0).choice(
-      prepared.task.train_data.client_ids, 100, replace=False))
+  ids = list(
+    np.random.default_rng(0).choice(
+      prepared.task.train_data.client_ids, 100, replace=False
+    )
+  )
   process = prepared.process
   state = process.initialize()
   for r in range(_ROUNDS.value + 1):

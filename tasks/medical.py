@@ -18,7 +18,10 @@ public stand-ins, both federated by their natural sites:
   `thal`.
 
 Each site's stays are split into train and test (stratified by outcome,
-seeded). Missing values are imputed with the training mean and flagged with
+seeded). With `server_batch_size` > 0, that many training patients (drawn
+stratified by outcome over all sites, seeded) are held out as the server's
+batch (`task.public_x`, seed 004's 356 server-held patients) and given to
+no client. Missing values are imputed with the training mean and flagged with
 an indicator column; every feature is standardised with statistics fitted on
 the training clients only. The model is an MLP with one logit; the loss
 weights positives by negatives/positives of the training data; metrics are
@@ -161,14 +164,32 @@ def _tabular_task(
   model_seed,
   description,
   feature_names,
+  server_batch_size=0,
 ):
   rng = np.random.default_rng(seed)
   test = np.zeros(len(y), bool)
   for s in np.unique(site):
     rows = np.flatnonzero(site == s)
     test[rows] = _stratified_split(y[rows], test_fraction, rng)
-  x_tr, x_te, _, _ = standardize(x[~test], x[test])
-  y_tr, y_te, site_tr = y[~test], y[test], site[~test]
+  x_tr, y_tr, site_tr = x[~test], y[~test], site[~test]
+  x_te, y_te = x[test], y[test]
+  public_x = public_y = None
+  num_public = 0
+  if server_batch_size:
+    if server_batch_size >= len(y_tr):
+      raise ValueError(
+        f'server_batch_size must be in [0, {len(y_tr) - 1}] (the training '
+        f'patients). Found {server_batch_size!r}.'
+      )
+    held = _stratified_split(y_tr, server_batch_size / len(y_tr), rng)
+    public_x, public_y = x_tr[held], y_tr[held].astype(np.int32)
+    x_tr, y_tr, site_tr = x_tr[~held], y_tr[~held], site_tr[~held]
+    x_te = np.concatenate([x_te, public_x])
+    num_public = len(public_y)
+  # Statistics from the clients' training data only.
+  x_tr, x_te, _, _ = standardize(x_tr, x_te)
+  if num_public:
+    x_te, public_x = x_te[:-num_public], x_te[-num_public:]
   parts, ids = [], []
   for s in np.unique(site_tr):
     rows = rng.permutation(np.flatnonzero(site_tr == s))
@@ -199,12 +220,25 @@ def _tabular_task(
     description=(
       f'{description}: {len(ids)} clients, {len(y_tr)} train / '
       f'{len(y_te)} test, {dim} features'
+      + (f', {len(public_y)} server-held' if public_y is not None else '')
     ),
     feature_names=tuple(feature_names),
+    public_x=public_x,
+    public_y=public_y,
   )
 
 
-def _check_common(clients_per_site: int, test_fraction: float) -> None:
+def _check_common(
+  clients_per_site: int, test_fraction: float, server_batch_size: int = 0
+) -> None:
+  if (
+    not isinstance(server_batch_size, (int, np.integer))
+    or server_batch_size < 0
+  ):
+    raise ValueError(
+      'server_batch_size must be an integer >= 0. Found '
+      f'{server_batch_size!r}.'
+    )
   if (
     not isinstance(clients_per_site, (int, np.integer)) or clients_per_site < 1
   ):
@@ -223,6 +257,7 @@ def load_physionet2012(
   split_seed: int = 0,
   hidden_units: Sequence[int] = (64, 32),
   model_seed: int = 0,
+  server_batch_size: int = 0,
 ) -> task_lib.FederatedTask:
   """PhysioNet 2012 in-hospital mortality, one client per ICU unit.
 
@@ -235,8 +270,10 @@ def load_physionet2012(
     split_seed: Seed of the train/test and client splits.
     hidden_units: MLP hidden layer sizes.
     model_seed: Seed of the initial weights.
+    server_batch_size: Training patients held out as the server's batch
+      (`task.public_x`), >= 0.
   """
-  _check_common(clients_per_unit, test_fraction)
+  _check_common(clients_per_unit, test_fraction, server_batch_size)
   features, patients = physionet_features(data_dir)
   x = features.to_numpy(np.float64)
   y = patients['In-hospital_death'].to_numpy(np.int64)
@@ -255,6 +292,7 @@ def load_physionet2012(
     model_seed,
     'PhysioNet 2012 in-hospital mortality by ICU unit',
     list(features.columns),
+    server_batch_size,
   )
 
 
@@ -265,9 +303,14 @@ def load_heart_disease(
   split_seed: int = 0,
   hidden_units: Sequence[int] = (32,),
   model_seed: int = 0,
+  server_batch_size: int = 0,
 ) -> task_lib.FederatedTask:
-  """UCI heart disease (num > 0), one client per hospital (4 clients)."""
-  _check_common(1, test_fraction)
+  """UCI heart disease (num > 0), one client per hospital (4 clients).
+
+  `server_batch_size` training patients (stratified) are held out as the
+  server's batch, as for PhysioNet.
+  """
+  _check_common(1, test_fraction, server_batch_size)
   path = data_dir_lib.find_file(
     data_dir, ['heart_disease_4sites.csv'], source_hint=_HEART_SOURCE
   )
@@ -314,4 +357,5 @@ def load_heart_disease(
     model_seed,
     'UCI heart disease by hospital',
     list(feats.columns),
+    server_batch_size,
   )

@@ -115,6 +115,9 @@ class FederatedTask:
     description: Human-readable summary of the data and split.
     feature_names: Names of the input columns of tabular tasks (before the
       missing-value indicators), else empty.
+    public_x: A server-held batch never given to a client (FL-TOP's Top-K
+      selection on the medical tasks), model-ready; None if not held out.
+    public_y: Its labels.
   """
 
   name: str
@@ -127,6 +130,8 @@ class FederatedTask:
   num_classes: int
   description: str = ''
   feature_names: tuple[str, ...] = ()
+  public_x: Optional[np.ndarray] = None
+  public_y: Optional[np.ndarray] = None
 
   @property
   def element_spec(self):

@@ -7,12 +7,13 @@ they are: they are wrapped to ignore weights, and clients are then weighted
 uniformly, as DP requires.
 """
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.client_works import _local_training
 
 AggregationFactory = Union[
   tff.aggregators.WeightedAggregationFactory,
@@ -38,6 +39,7 @@ def build_learning_process(
     Callable[[], tff.learning.models.VariableModel]
   ] = None,
   client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
+  client_metrics_fn: Optional[Callable[[Any], Any]] = None,
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_ITERATOR
   ),
@@ -57,6 +59,9 @@ def build_learning_process(
     client_work: A `ClientWorkProcess`; default: model-delta training with
       `client_optimizer` (weighted by examples, or uniformly when the
       aggregator is unweighted).
+    client_metrics_fn: With the default client work, per-client scalars of
+      the update summed into the measurements (update-norm diagnostics);
+      then the loop is `tff_dp`'s mirror of TFF's model-delta training.
     loop_implementation: The local training loop.
 
   Returns:
@@ -81,6 +86,13 @@ def build_learning_process(
   initial_fn = initial_model_weights_computation(model_fn)
   weights_type = initial_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  if client_work is None and client_metrics_fn is not None:
+    client_work = _local_training.build_client_work(
+      client_model_fn or model_fn,
+      client_optimizer,
+      client_weighting=weighting,
+      extra_metrics_fn=client_metrics_fn,
+    )
   if client_work is None:
     client_work = tff.learning.templates.build_model_delta_client_work(
       model_fn=client_model_fn or model_fn,

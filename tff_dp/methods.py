@@ -20,6 +20,7 @@ from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp import public_data
 from tff_dp.client_works import blur
+from tff_dp.client_works import diagnostics
 from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
 
@@ -42,6 +43,14 @@ class MethodParams:
   top_k_ratio: float = 0.005
   top_k_indices: Optional[Any] = None
   top_k_masks: Optional[Any] = None
+  update_diagnostics: bool = False
+
+
+def client_metrics_fn(p: MethodParams):
+  """Update-norm diagnostics at `p.clip`, if `p.update_diagnostics`."""
+  if not p.update_diagnostics:
+    return None
+  return diagnostics.update_norm_metrics(p.clip)
 
 
 AggregatorBuilder = Callable[
@@ -286,7 +295,11 @@ register(
     'BLUR (seed 000): local hinge-squared proximal term '
     'lambda/2 max(0, ||w - w_t||^2 - S^2) with S = --clip; DP-FedAvg.',
     lambda p, model_fn, opt: blur.build_blur_client_work(
-      model_fn, opt, lam=p.blur_lambda, clip_norm=p.clip
+      model_fn,
+      opt,
+      lam=p.blur_lambda,
+      clip_norm=p.clip,
+      extra_metrics_fn=client_metrics_fn(p),
     ),
   )
 )
@@ -296,7 +309,10 @@ register(
     'LUS (seed 000): per-layer top-s of |grad * delta| after local '
     'training, sparsity --lus_sparsity; DP-FedAvg.',
     lambda p, model_fn, opt: lus.build_lus_client_work(
-      model_fn, opt, sparsity=p.lus_sparsity
+      model_fn,
+      opt,
+      sparsity=p.lus_sparsity,
+      extra_metrics_fn=client_metrics_fn(p),
     ),
   )
 )
@@ -310,13 +326,14 @@ register(
       sparsity=p.lus_sparsity,
       blur_lam=p.blur_lambda,
       clip_norm=p.clip,
+      extra_metrics_fn=client_metrics_fn(p),
     ),
   )
 )
 
 
 def _fl_top_setup(p: MethodParams, task, data_dir) -> MethodParams:
-  x, y = public_data.public_batch(task.name, data_dir)
+  x, y = public_data.public_batch(task, data_dir)
   indices = fl_top.select_top_k(
     task.model_builder(), task.loss_builder(), x, y, ratio=p.top_k_ratio
   )
@@ -361,10 +378,51 @@ def _fl_top_method(name: str, private: bool) -> Method:
     event_from_state=private,
     setup=_fl_top_setup,
     build_client_work=lambda p, model_fn, opt: fl_top.build_masked_client_work(
-      model_fn, opt, masks=p.top_k_masks
+      model_fn, opt, masks=p.top_k_masks, extra_metrics_fn=client_metrics_fn(p)
     ),
   )
 
 
 register(_fl_top_method('fl_top', private=False))
 register(_fl_top_method('fl_top_dp', private=True))
+
+
+def _fl_basic_method(name: str, private: bool) -> Method:
+  def aggregator(p: MethodParams):
+    return dp_randagg.DPRandAggFactory(
+      p.noise_multiplier if private else 0.0,
+      p.expected_clients_per_round,
+      p.clip,
+      num_coordinates=_top_k_count(p),
+      seed=p.seed,
+    )
+
+  return Method(
+    name=name,
+    description=(
+      f'{"FL-BASIC-DP" if private else "FL-BASIC"} (seed 004): clients train '
+      'a random K-subset (--top_k_ratio) re-drawn every round, the rest '
+      'reset after each step; K clipped values'
+      + (' noised.' if private else '.')
+    ),
+    private=private,
+    build_aggregator=aggregator,
+    upload_bytes=lambda p: 4 * _top_k_count(p),
+    # The whole model comes down, and the round's K indices (int32).
+    extra_download_bytes=lambda p: 4 * _top_k_count(p),
+    round_event=_gaussian if private else None,
+    event_from_state=private,
+    build_client_work=lambda p, model_fn, opt: (
+      fl_top.build_random_subset_client_work(
+        model_fn,
+        opt,
+        num_coordinates=_top_k_count(p),
+        seed=p.seed,
+        extra_metrics_fn=client_metrics_fn(p),
+      )
+    ),
+  )
+
+
+register(_fl_basic_method('fl_basic', private=False))
+register(_fl_basic_method('fl_basic_dp', private=True))

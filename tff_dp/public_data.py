@@ -4,8 +4,9 @@ Seed 004 selects the Top-K weights with a batch of 10 MNIST images for
 Fashion-MNIST; we use 10 EMNIST digits (one of each class, the first in the
 official EMNIST ByClass test split, `emnist_byclass_test.npz`), which no
 Fashion-MNIST client holds. For the medical task seed 004 uses a server-held
-batch of patients never given to clients; that split is not implemented
-yet, so those tasks raise a clear error.
+batch of patients never given to clients: the tabular tasks hold one out
+when loaded with `server_batch_size` > 0 (`--task_option=server_batch_size=N`
+in the runner), and it is returned here.
 """
 
 from typing import Optional
@@ -21,14 +22,22 @@ _EMNIST_SOURCE = (
 
 
 def public_batch(
-  task_name: str, data_dir: Optional[str] = None
+  task, data_dir: Optional[str] = None
 ) -> tuple[np.ndarray, np.ndarray]:
-  """`(x, y)` of the public batch for `task_name`, model-ready float32.
+  """`(x, y)` of the public batch for a `FederatedTask`, model-ready.
 
   Raises:
     ValueError: If no public batch is defined for the task.
     DataNotFoundError: If the file is missing.
   """
+  task_name = task.name
+  if task.public_x is not None:
+    return task.public_x, task.public_y
+  if task_name in ('physionet2012', 'heart_disease'):
+    raise ValueError(
+      f'Task {task_name!r} has no server-held batch: load it with '
+      'server_batch_size > 0 (runner: --task_option=server_batch_size=356).'
+    )
   if task_name.startswith('fashion_mnist'):
     path = data_dir_lib.find_file(
       data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE

@@ -162,6 +162,19 @@ _DEVICE = flags.DEFINE_string(
   "TF's placement, the CPU on a CPU machine). Not verified on a GPU "
   'here.',
 )
+_TASK_OPTIONS = flags.DEFINE_multi_string(
+  'task_option',
+  [],
+  'NAME=VALUE passed to the task loader (repeatable), e.g. '
+  'clients_per_unit=100 or server_batch_size=356 for physionet2012 '
+  '(ints, floats and strings).',
+)
+_DIAGNOSTICS = flags.DEFINE_boolean(
+  'update_diagnostics',
+  _D.update_diagnostics,
+  'Log the pre-clip distribution of client update norms (mean, std, '
+  'quantiles, fraction clipped; not DP: a simulation diagnostic).',
+)
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
   None,
@@ -174,6 +187,24 @@ _OUTPUT = flags.DEFINE_string(
   'Where metrics.csv, tensorboard/, checkpoints/ '
   'and summary.json go; rerunning resumes from it.',
 )
+
+
+def parse_task_options(options) -> tuple[tuple[str, object], ...]:
+  """`['a=1', 'b=x']` -> `(('a', 1), ('b', 'x'))`; raises on a bad item."""
+  out = []
+  for item in options:
+    name, sep, raw = item.partition('=')
+    if not sep or not name.strip():
+      raise ValueError(f'--task_option must be NAME=VALUE. Found {item!r}.')
+    value: object = raw
+    for cast in (int, float):
+      try:
+        value = cast(raw)
+        break
+      except ValueError:
+        pass
+    out.append((name.strip(), value))
+  return tuple(out)
 
 
 def config_from_flags() -> training.ExperimentConfig:
@@ -210,14 +241,16 @@ def config_from_flags() -> training.ExperimentConfig:
     device=_DEVICE.value,
     data_dir=_DATA_DIR.value,
     output_dir=_OUTPUT.value,
+    task_kwargs=parse_task_options(_TASK_OPTIONS.value),
+    update_diagnostics=_DIAGNOSTICS.value,
   )
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = config_from_flags()
   try:
+    config = config_from_flags()
     config.validate()
     training.check_output_dir(config.output_dir)
   except ValueError as e:

@@ -39,6 +39,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
+from tff_dp.client_works import diagnostics
 from tff_dp import contexts
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
@@ -91,6 +92,7 @@ class ExperimentConfig:
   data_dir: Optional[str] = None
   output_dir: Optional[str] = None
   task_kwargs: tuple[tuple[str, Any], ...] = ()
+  update_diagnostics: bool = True
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
@@ -527,6 +529,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     model_aggregator=method.build_aggregator(params),
     client_model_fn=client_model_fn,
     client_work=client_work,
+    client_metrics_fn=methods_lib.client_metrics_fn(params),
   )
 
   return Prepared(task, method, params, sampling, delta, cost, process)
@@ -648,6 +651,7 @@ def run_experiment(
       row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       row.update(evaluate(task, process.get_model_weights(state), keras_model))
+    row.update(diagnostics.summarize(metrics))
     row.update({f'tff/{k}': v for k, v in metrics.items()})
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)

@@ -7,19 +7,43 @@ metrics and non-finite handling), with two hooks the techniques need:
   of every local step (BLUR's proximal hinge);
 * `update_fn(update, model, dataset) -> update` transforms the model delta
   after training (LUS's sparsification), with the trained model at hand;
-* `after_step_fn(trainable, initial) -> values` rewrites the weights after
-  every step (FL-TOP's reset of untrained weights to w0).
+* `after_step_fn(trainable, initial[, round_value]) -> values` rewrites the
+  weights after every step (FL-TOP's reset of untrained weights to w0);
+* `round_input`: a server-side value advanced every round and broadcast to
+  the clients, where `after_step_fn` receives it (FL-BASIC's per-round
+  random coordinates). The process state is then `(hparams, round_input)`.
 """
 
 import collections
+import dataclasses
 import functools
 from typing import Any, Callable, Optional
+
+import numpy as np
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 PenaltyFn = Callable[[Any, Any], tf.Tensor]
 UpdateFn = Callable[[Any, Any, tf.data.Dataset], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInput:
+  """A value kept in the client work's server state, new every round.
+
+  Attributes:
+    initial: The state's initial value (a numpy array).
+    advance: A TF function `state -> (client_value, next_state)`, run on the
+      server each round; `client_value` is broadcast to the clients.
+    on_client: A TF function applied to `client_value` once per client,
+      before local training (e.g. indices to masks); its result is what
+      `after_step_fn` receives.
+  """
+
+  initial: np.ndarray
+  advance: Callable[[tf.Tensor], tuple[Any, tf.Tensor]]
+  on_client: Callable[[Any], Any] = lambda value: value
 
 
 def _zero_if_non_finite(structure):
@@ -40,6 +64,7 @@ def build_client_work(
   after_step_fn: Optional[Callable[[Any, Any], Any]] = None,
   update_fn: Optional[UpdateFn] = None,
   extra_metrics_fn: Optional[Callable[[Any], dict]] = None,
+  round_input: Optional[RoundInput] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """A model-delta client work with a loss penalty and an update transform.
 
@@ -52,7 +77,9 @@ def build_client_work(
       after every step (FL-TOP resets untrained weights to w0).
     update_fn: Maps the final model delta (initial - final weights).
     extra_metrics_fn: Maps the final delta to extra per-client scalars that
-      are summed over clients under `train/`.
+      are summed over clients under `extra/`.
+    round_input: A per-round server value broadcast to the clients and
+      passed to `after_step_fn` as its third argument.
   """
   with tf.Graph().as_default():
     model = model_fn()
@@ -66,25 +93,61 @@ def build_client_work(
     optimizer.initialize(tf.TensorSpec([], tf.float32))
   )
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_hparams, tff.SERVER)
+  if round_input is None:
 
-  state_type = init_fn.type_signature.result.member
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_value(initial_hparams, tff.SERVER)
 
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
-    return state
+    state_type = init_fn.type_signature.result.member
+    hparams_type = state_type
 
-  @tff.tensorflow.computation(state_type, state_type)
-  def set_hparams_fn(state, hparams):
-    del state
-    return hparams
+    @tff.tensorflow.computation(state_type)
+    def get_hparams_fn(state):
+      return state
+
+    @tff.tensorflow.computation(state_type, hparams_type)
+    def set_hparams_fn(state, hparams):
+      del state
+      return hparams
+
+  else:
+    initial_input = np.asarray(round_input.initial)
+
+    @tff.tensorflow.computation
+    def initial_state():
+      return collections.OrderedDict(
+        hparams=tf.nest.map_structure(tf.constant, initial_hparams),
+        round_input=tf.constant(initial_input),
+      )
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_eval(initial_state, tff.SERVER)
+
+    state_type = init_fn.type_signature.result.member
+    hparams_type = state_type.hparams
+
+    @tff.tensorflow.computation(state_type)
+    def get_hparams_fn(state):
+      return state['hparams']
+
+    @tff.tensorflow.computation(state_type, hparams_type)
+    def set_hparams_fn(state, hparams):
+      return collections.OrderedDict(
+        hparams=hparams, round_input=state['round_input']
+      )
+
+    @tff.tensorflow.computation(state_type.round_input)
+    def advance_fn(value):
+      return round_input.advance(value)
+
+    round_value_type = advance_fn.type_signature.result[0]
 
   def _build_train(model):
     return tf.function(functools.partial(_train, model))
 
-  def _train(model, hparams, initial_weights, dataset):
+  def _train(model, hparams, initial_weights, dataset, round_value=None):
     weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
     trainable = tuple(tf.nest.flatten(weights.trainable))
@@ -94,6 +157,8 @@ def build_client_work(
     )
     opt_state = optimizer.set_hparams(optimizer.initialize(specs), hparams)
     num_examples = tf.constant(0, tf.int64)
+    if round_value is not None:
+      round_value = round_input.on_client(round_value)
     for batch in iter(dataset):
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
@@ -105,7 +170,10 @@ def build_client_work(
       for v, u in zip(trainable, updated):
         v.assign(u)
       if after_step_fn is not None:
-        for v, u in zip(trainable, after_step_fn(trainable, initial_trainable)):
+        extra_args = () if round_value is None else (round_value,)
+        for v, u in zip(
+          trainable, after_step_fn(trainable, initial_trainable, *extra_args)
+        ):
           v.assign(u)
       num_examples += tf.shape(output.predictions, out_type=tf.int64)[0]
     delta = tf.nest.map_structure(
@@ -130,9 +198,21 @@ def build_client_work(
       extra,
     )
 
-  @tff.tensorflow.computation(state_type, weights_type, data_type)
-  def client_update(hparams, initial_weights, dataset):
-    return _build_train(model_fn())(hparams, initial_weights, dataset)
+  if round_input is None:
+
+    @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+    def client_update(hparams, initial_weights, dataset):
+      return _build_train(model_fn())(hparams, initial_weights, dataset)
+
+  else:
+
+    @tff.tensorflow.computation(
+      hparams_type, weights_type, data_type, round_value_type
+    )
+    def client_update(hparams, initial_weights, dataset, round_value):
+      return _build_train(model_fn())(
+        hparams, initial_weights, dataset, round_value
+      )
 
   @tff.federated_computation(
     init_fn.type_signature.result,
@@ -140,10 +220,21 @@ def build_client_work(
     tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
-    hparams = tff.federated_broadcast(state)
-    result, model_outputs, extra = tff.federated_map(
-      client_update, (hparams, weights, client_data)
-    )
+    if round_input is None:
+      hparams = tff.federated_broadcast(state)
+      result, model_outputs, extra = tff.federated_map(
+        client_update, (hparams, weights, client_data)
+      )
+    else:
+      hparams = tff.federated_broadcast(state.hparams)
+      value, next_input = tff.federated_map(advance_fn, state.round_input)
+      result, model_outputs, extra = tff.federated_map(
+        client_update,
+        (hparams, weights, client_data, tff.federated_broadcast(value)),
+      )
+      state = tff.federated_zip(
+        collections.OrderedDict(hparams=state.hparams, round_input=next_input)
+      )
     train = metrics_aggregation_fn(model_outputs)
     measurements = collections.OrderedDict(train=train)
     if extra_metrics_fn is not None:

@@ -54,6 +54,7 @@ def build_blur_client_work(
   client_weighting: tff.learning.ClientWeighting = (
     tff.learning.ClientWeighting.UNIFORM
   ),
+  extra_metrics_fn=None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Model-delta training with BLUR's hinge-squared proximal term.
 
@@ -63,6 +64,8 @@ def build_blur_client_work(
     lam: lambda, >= 0 (seed 000's default 0.4; grid 0.05-0.8).
     clip_norm: S, the DP clip, > 0.
     client_weighting: Uniform by default, as DP aggregation requires.
+    extra_metrics_fn: Per-client scalars of the update, summed (e.g.
+      `diagnostics.update_norm_metrics`).
 
   Raises:
     ValueError: If lam < 0 or clip_norm <= 0.
@@ -72,4 +75,5 @@ def build_blur_client_work(
     optimizer,
     client_weighting=client_weighting,
     penalty_fn=blur_penalty(lam, clip_norm),
+    extra_metrics_fn=extra_metrics_fn,
   )

@@ -12,6 +12,18 @@ only the K values from each client, clips them, adds Gaussian noise for
 FL-TOP-DP (none for FL-TOP), sums them with secure sum, and scatters the mean
 back. Since every weight outside K stays w0 forever, only the K values need
 to travel down as well (declared bytes: 4K down and up).
+
+FL-BASIC(-DP) (the paper's baseline) re-draws a random K-subset every round
+(`build_random_subset_client_work`): the client work keeps the coordinate
+sampler's seed in its state, draws the round's K coordinates with
+`dp_randagg.draw_random_coordinates` and broadcasts them; the aggregator
+(`DPRandAggFactory` with the same seed) runs the same chain, so both use the
+same K. Weights outside the subset are reset after every step to their value
+at the start of the round (the reading chosen where the paper says
+"reinitialized": resetting them to w0 would erase what earlier rounds
+learned there, and the paper's FL-BASIC downloads the whole model, which
+only makes sense if those weights keep their trained values). The whole
+model comes down; K values and the K indices' seed go up and down.
 """
 
 from typing import Callable, Sequence
@@ -20,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp.aggregators import dp_randagg
 from tff_dp.client_works import _local_training
 
 
@@ -94,6 +107,7 @@ def build_masked_client_work(
   client_weighting: tff.learning.ClientWeighting = (
     tff.learning.ClientWeighting.UNIFORM
   ),
+  extra_metrics_fn=None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local training of the masked weights only; the rest reset to w0.
 
@@ -102,6 +116,7 @@ def build_masked_client_work(
     optimizer: The local optimizer.
     masks: One 0/1 array per trainable tensor (1 = trained).
     client_weighting: Uniform by default, as DP aggregation requires.
+    extra_metrics_fn: Per-client scalars of the update, summed.
   """
   masks = [np.asarray(m, np.float32) for m in masks]
 
@@ -116,4 +131,67 @@ def build_masked_client_work(
     optimizer,
     client_weighting=client_weighting,
     after_step_fn=reset_untrained,
+    extra_metrics_fn=extra_metrics_fn,
+  )
+
+
+def build_random_subset_client_work(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  num_coordinates: int,
+  seed: int,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.UNIFORM
+  ),
+  extra_metrics_fn=None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """FL-BASIC: train a random K-subset, re-drawn every round.
+
+  Args:
+    model_fn: No-arg callable returning a fresh `tff.learning` model.
+    optimizer: The local optimizer.
+    num_coordinates: K, in [1, d] (d: the model's trainable scalars).
+    seed: The coordinate sampler's seed; give the aggregator
+      (`DPRandAggFactory(num_coordinates=K, seed=seed)`) the same one.
+    client_weighting: Uniform by default, as DP aggregation requires.
+    extra_metrics_fn: Per-client scalars of the update, summed.
+
+  Raises:
+    ValueError: If K is not in [1, d].
+  """
+  with tf.Graph().as_default():
+    shapes = [tuple(v.shape.as_list()) for v in model_fn().trainable_variables]
+  sizes = [int(np.prod(s)) for s in shapes]
+  dim = sum(sizes)
+  if not isinstance(num_coordinates, (int, np.integer)) or not (
+    1 <= num_coordinates <= dim
+  ):
+    raise ValueError(
+      f"num_coordinates must be an integer in [1, {dim}] (the model's "
+      f'trainable scalars). Found {num_coordinates!r}.'
+    )
+  k = int(num_coordinates)
+
+  def advance(round_seed):
+    return dp_randagg.draw_random_coordinates(round_seed, dim, k)
+
+  def to_masks(indices):
+    flat = tf.scatter_nd(indices[:, None], tf.ones([k], tf.bool), [dim])
+    return [tf.reshape(m, s) for m, s in zip(tf.split(flat, sizes), shapes)]
+
+  def reset_unselected(trainable, initial, masks):
+    return [tf.where(m, w, w0) for w, w0, m in zip(trainable, initial, masks)]
+
+  return _local_training.build_client_work(
+    model_fn,
+    optimizer,
+    client_weighting=client_weighting,
+    after_step_fn=reset_unselected,
+    extra_metrics_fn=extra_metrics_fn,
+    round_input=_local_training.RoundInput(
+      initial=dp_randagg.initial_coordinate_seed(seed),
+      advance=advance,
+      on_client=to_masks,
+    ),
   )

@@ -80,6 +80,7 @@ def build_lus_client_work(
   client_weighting: tff.learning.ClientWeighting = (
     tff.learning.ClientWeighting.UNIFORM
   ),
+  extra_metrics_fn=None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Model-delta training, then LUS; optionally with BLUR (`blur_lus`).
 
@@ -90,6 +91,8 @@ def build_lus_client_work(
     blur_lam: If set, BLUR's lambda (>= 0) and `clip_norm` (S > 0) are used.
     clip_norm: BLUR's S (with `blur_lam`).
     client_weighting: Uniform by default, as DP aggregation requires.
+    extra_metrics_fn: Per-client scalars of the sparsified update (what is
+      clipped), summed (e.g. `diagnostics.update_norm_metrics`).
 
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
@@ -111,4 +114,5 @@ def build_lus_client_work(
     client_weighting=client_weighting,
     penalty_fn=penalty,
     update_fn=update_fn,
+    extra_metrics_fn=extra_metrics_fn,
   )
