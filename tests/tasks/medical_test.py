@@ -82,3 +82,33 @@ def test_standardize_uses_train_statistics():
   np.testing.assert_allclose(mean[:2], [2.0, 2.0])
   np.testing.assert_allclose(te[0, 0], (5 - 2) / 1.0)
   assert te[0, 1] == 0.0  # Imputed with the train mean.
+
+
+def test_physionet_server_batch_is_given_to_no_client(shared_data_dir):
+  from tff_dp import public_data  # pylint: disable=g-import-not-at-top
+
+  plain = medical.load_physionet2012(shared_data_dir, clients_per_unit=2)
+  task = medical.load_physionet2012(
+    shared_data_dir, clients_per_unit=2, server_batch_size=356
+  )
+  assert task.public_x.shape == (len(task.public_y), task.test_x.shape[1])
+  assert abs(len(task.public_y) - 356) <= 2  # Stratified, rounded per class.
+  assert 0 < task.public_y.sum() < len(task.public_y)
+  held = len(task.public_y)
+  sizes = task.train_data.client_sizes()
+  assert sizes.sum() + held == plain.train_data.client_sizes().sum()
+  np.testing.assert_array_equal(task.test_y, plain.test_y)
+  cd = task.train_data
+  train = np.concatenate([cd.client_arrays(c)[0] for c in cd.client_ids])
+  rows = {r.tobytes() for r in train}
+  assert not any(r.tobytes() in rows for r in task.public_x)
+  x, y = public_data.public_batch(task)
+  assert x is task.public_x and y is task.public_y
+  with pytest.raises(ValueError, match='server_batch_size > 0'):
+    public_data.public_batch(plain)
+
+
+@pytest.mark.parametrize('size', [-1, 10**6])
+def test_physionet_bad_server_batch(shared_data_dir, size):
+  with pytest.raises(ValueError, match='server_batch_size must be'):
+    medical.load_physionet2012(shared_data_dir, server_batch_size=size)

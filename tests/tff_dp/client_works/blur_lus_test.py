@@ -5,6 +5,7 @@ import tensorflow_federated as tff
 
 from tff_dp import contexts
 from tff_dp.client_works import blur
+from tff_dp.client_works import diagnostics
 from tff_dp.client_works import lus
 from tff_dp.tasks import medical
 from tff_dp.tasks import task as task_lib
@@ -142,6 +143,24 @@ def test_lus_client_work_sparsity_per_layer(heart):
   result = _run(heart, work).result[0]
   for u in result.update:
     assert np.count_nonzero(u) == lus.kept_count(u.size, 0.7)
+
+
+def test_lus_measures_pre_clip_norms_of_the_sparsified_update(heart):
+  work = lus.build_lus_client_work(
+    heart.model_fn,
+    tff.learning.optimizers.build_sgdm(0.1),
+    sparsity=0.5,
+    extra_metrics_fn=diagnostics.update_norm_metrics(0.05),
+  )
+  out = _run(heart, work)
+  norms = [
+    np.sqrt(sum(float(np.sum(np.square(u))) for u in r.update))
+    for r in out.result
+  ]
+  extra = out.measurements['extra']
+  assert extra['clients'] == 2
+  assert extra['update_norm'] == pytest.approx(sum(norms), rel=1e-5)
+  assert extra['clipped'] == sum(n > 0.05 for n in norms)
 
 
 @pytest.mark.parametrize('method', ['blur', 'lus', 'blur_lus'])
