@@ -18,6 +18,7 @@ from tff_dp import communication
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
+from tff_dp.aggregators import dpsfl
 from tff_dp import public_data
 from tff_dp.client_works import blur
 from tff_dp.client_works import diagnostics
@@ -44,6 +45,14 @@ class MethodParams:
   top_k_indices: Optional[Any] = None
   top_k_masks: Optional[Any] = None
   update_diagnostics: bool = False
+  sketch_rows: int = 5
+  sketch_columns: int = 20000
+  sketch_k: int = 5000
+  sketch_momentum: float = 0.9
+  dpsfl_target_probability: float = 0.5
+  dpsfl_impact_threshold: float = 0.1
+  dpsfl_bit_noise: float = 10.0
+  dpsfl_clip_lr: float = 0.2
 
 
 def client_metrics_fn(p: MethodParams):
@@ -426,3 +435,66 @@ def _fl_basic_method(name: str, private: bool) -> Method:
 
 register(_fl_basic_method('fl_basic', private=False))
 register(_fl_basic_method('fl_basic_dp', private=True))
+
+
+def _dpsfl_adaptive(p: MethodParams) -> dpsfl.AdaptiveClip:
+  return dpsfl.AdaptiveClip(
+    target_probability=p.dpsfl_target_probability,
+    impact_threshold=p.dpsfl_impact_threshold,
+    bit_noise_multiplier=p.dpsfl_bit_noise,
+    learning_rate=p.dpsfl_clip_lr,
+  )
+
+
+def _sketch_method(name: str) -> Method:
+  private = name != 'fetchsgd'
+  adaptive = name == 'dpsfl_ac'
+
+  def aggregator(p: MethodParams):
+    return dpsfl.SketchAggregatorFactory(
+      rows=p.sketch_rows,
+      columns=p.sketch_columns,
+      k=p.sketch_k,
+      momentum=p.sketch_momentum,
+      noise_multiplier=p.noise_multiplier if private else None,
+      clients_per_round=p.expected_clients_per_round if private else None,
+      clip=p.clip if private else None,
+      adaptive=_dpsfl_adaptive(p) if adaptive else None,
+      seed=p.seed,
+    )
+
+  descriptions = {
+    'fetchsgd': 'FetchSGD (Rothchild et al. 2020): count-sketched updates, '
+    'server momentum and error feedback in sketch space, top-k unsketch; '
+    'no DP.',
+    'dpsfl': 'DPSFL (seed 002): FetchSGD with clipped sketches and Gaussian '
+    'noise on their secure sum.',
+    'dpsfl_ac': 'DPSFL-AC (seed 002): DPSFL with the clip adapted from noisy '
+    'one-bit clipping-impact signals on the last top-k.',
+  }
+  return Method(
+    name=name,
+    description=descriptions[name]
+    + ' --sketch_rows/--sketch_columns/--sketch_k; use server lr 1.',
+    private=private,
+    build_aggregator=aggregator,
+    upload_bytes=lambda p: dpsfl.upload_bytes(
+      p.sketch_rows, p.sketch_columns, adaptive
+    ),
+    # Clients hold the model and apply the broadcast top-k update.
+    extra_download_bytes=lambda p: dpsfl.download_bytes(p.sketch_k, adaptive)
+    - communication.dense_float32_bytes(p.num_model_params),
+    round_event=(
+      (
+        lambda z, p: dpsfl.round_event(
+          z, _dpsfl_adaptive(p) if adaptive else None
+        )
+      )
+      if private
+      else None
+    ),
+  )
+
+
+for _name in ('fetchsgd', 'dpsfl', 'dpsfl_ac'):
+  register(_sketch_method(_name))

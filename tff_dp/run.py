@@ -114,6 +114,37 @@ _TOP_K = flags.DEFINE_float(
   _D.top_k_ratio,
   'FL-TOP: fraction K/d of weights trained and sent, in (0, 1].',
 )
+_SKETCH_ROWS = flags.DEFINE_integer(
+  'sketch_rows', _D.sketch_rows, 'Count-sketch rows (>= 1; sketch methods).'
+)
+_SKETCH_COLUMNS = flags.DEFINE_integer(
+  'sketch_columns', _D.sketch_columns, 'Count-sketch columns (>= 1).'
+)
+_SKETCH_K = flags.DEFINE_integer(
+  'sketch_k', _D.sketch_k, 'Coordinates recovered per round, in [1, d].'
+)
+_SKETCH_MOMENTUM = flags.DEFINE_float(
+  'sketch_momentum', _D.sketch_momentum, 'Sketch-space momentum in [0, 1).'
+)
+_DPSFL_P = flags.DEFINE_float(
+  'dpsfl_target_probability',
+  _D.dpsfl_target_probability,
+  'DPSFL-AC: target fraction of clients whose clipping impact on the last '
+  'top-k is within --dpsfl_impact_threshold, in (0, 1).',
+)
+_DPSFL_GAMMA = flags.DEFINE_float(
+  'dpsfl_impact_threshold',
+  _D.dpsfl_impact_threshold,
+  'DPSFL-AC: the clipping-impact bound gamma (> 0).',
+)
+_DPSFL_BIT_NOISE = flags.DEFINE_float(
+  'dpsfl_bit_noise',
+  _D.dpsfl_bit_noise,
+  "DPSFL-AC: the bit sum's noise stddev (>= 0), composed in the ledger.",
+)
+_DPSFL_CLIP_LR = flags.DEFINE_float(
+  'dpsfl_clip_lr', _D.dpsfl_clip_lr, 'DPSFL-AC: geometric clip step (> 0).'
+)
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
   'local_epochs', _D.local_epochs, "Local passes over a client's data."
@@ -226,6 +257,14 @@ def config_from_flags() -> training.ExperimentConfig:
     blur_lambda=_BLUR_LAMBDA.value,
     lus_sparsity=_LUS_SPARSITY.value,
     top_k_ratio=_TOP_K.value,
+    sketch_rows=_SKETCH_ROWS.value,
+    sketch_columns=_SKETCH_COLUMNS.value,
+    sketch_k=_SKETCH_K.value,
+    sketch_momentum=_SKETCH_MOMENTUM.value,
+    dpsfl_target_probability=_DPSFL_P.value,
+    dpsfl_impact_threshold=_DPSFL_GAMMA.value,
+    dpsfl_bit_noise=_DPSFL_BIT_NOISE.value,
+    dpsfl_clip_lr=_DPSFL_CLIP_LR.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

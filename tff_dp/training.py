@@ -76,6 +76,14 @@ class ExperimentConfig:
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
   top_k_ratio: float = 0.005
+  sketch_rows: int = 5
+  sketch_columns: int = 20000
+  sketch_k: int = 5000
+  sketch_momentum: float = 0.9
+  dpsfl_target_probability: float = 0.5
+  dpsfl_impact_threshold: float = 0.1
+  dpsfl_bit_noise: float = 10.0
+  dpsfl_clip_lr: float = 0.2
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -646,7 +654,9 @@ def run_experiment(
       ledger.record(event)
       row['epsilon_rdp'], row['epsilon_pld'] = ledger.epsilon()
       row['noise_multiplier'] = params.noise_multiplier
-    clip = metrics.get('aggregator/dp_query_metrics/clip')
+    clip = metrics.get(
+      'aggregator/dp_query_metrics/clip', metrics.get('aggregator/clip')
+    )
     if clip is not None or method.private:
       row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:

@@ -1,0 +1,445 @@
+"""FetchSGD, DPSFL and DPSFL-AC: count-sketched updates (seed 002).
+
+One aggregation factory, three settings:
+
+* **FetchSGD** (Rothchild et al. 2020, Alg. 1, no privacy): each client
+  sends the count sketch S(g) of its update g; the server averages them
+  (mean over participants), keeps a momentum sketch S_u <- rho S_u + S and
+  an error-feedback sketch S_e <- S_e + lr S_u, recovers the k coordinates
+  with the largest median estimate from S_e (`CountSketch.top_k`), outputs
+  that k-sparse vector Delta, and removes it from the error sketch:
+  S_e <- S_e - S(Delta). The state persists across rounds. Reading chosen:
+  the one-round variant (values estimated from the sketch; no second round
+  for exact values) and momentum kept in sketch space without zeroing.
+* **DPSFL** (seed 002, Alg. 1-2): as FetchSGD, but each client's sketch is
+  clipped and the sum gets Gaussian noise. Clip what you noise: the sketch
+  itself is scaled so that ||S||_F <= sqrt(rows) * clip (for a sketch
+  without collisions ||S(g)||_F = sqrt(rows) ||g||, so `clip` reads as a
+  clip of the update's norm); its L2 sensitivity is then sqrt(rows) * clip
+  and N(0, (z sqrt(rows) clip)^2) is added to every counter of the sum (a
+  client-level Gaussian event of multiplier z). The seed's own sensitivity
+  formula was lost in extraction; this bound follows from the code path.
+  The sum is a secure sum of the clipped sketches divided by
+  sqrt(rows) * clip (entries in [-1, 1]); the mean divides by the expected
+  number of clients, as DP-FedAvg does.
+* **DPSFL-AC** (seed 002, Alg. 3-4): the clip adapts. The server broadcasts
+  the clip C_t and the previous round's top-k indices T; each client, with
+  f = its sketch's clipping factor, computes the clipping impact on T,
+  ||(1 - f) g_T||_2, and sends the bit b = 1[impact <= gamma] (reading
+  chosen for the lost equation: the absolute L2 clipping error on the
+  previous top-k coordinates, bounded by the threshold gamma). The server
+  adds N(0, sigma_b^2) to the sum of bits, estimates the probability
+  p_hat = noisy sum / expected clients and updates
+  C_{t+1} = C_t exp(eta_C (p - p_hat)) (geometric, as Andrew et al.): too
+  few clients within the impact bound raises the clip. Each round releases
+  two Gaussians on the same sampled cohort, the sketch's (multiplier z)
+  and the bit's (multiplier sigma_b, sensitivity 1), composed in the event
+  (`round_event`), which the ledger merges exactly.
+
+Noise is seeded and stateless (the seed is in the state). The output is the
+k-sparse Delta in the value's own structure, so the factory drops into
+`tff.learning` algorithms as an unweighted aggregator; apply it with server
+SGD at learning rate 1 and no server momentum (momentum lives here).
+Measurements: `clip`, `unclipped_probability` (p_hat, DPSFL-AC),
+`num_clients` (FetchSGD) and `sketch_norm` of the aggregate.
+"""
+
+import collections
+import dataclasses
+import math
+from typing import Optional
+
+import dp_accounting
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.aggregators import count_sketch
+
+_EVENT_NAMES = ('sketch', 'clip_bit')
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveClip:
+  """DPSFL-AC's adaptive clip.
+
+  Attributes:
+    target_probability: p in (0, 1): the wanted fraction of clients whose
+      clipping impact on the previous top-k is at most `impact_threshold`.
+    impact_threshold: gamma > 0.
+    bit_noise_multiplier: sigma_b >= 0, the bit sum's noise stddev.
+    learning_rate: eta_C > 0 of the geometric update.
+  """
+
+  target_probability: float = 0.5
+  impact_threshold: float = 0.1
+  bit_noise_multiplier: float = 10.0
+  learning_rate: float = 0.2
+
+  def check(self) -> None:
+    p = self.target_probability
+    if not (isinstance(p, (int, float)) and 0 < p < 1):
+      raise ValueError(f'target_probability must be in (0, 1). Found {p!r}.')
+    if not self.impact_threshold > 0:
+      raise ValueError(
+        f'impact_threshold must be > 0. Found {self.impact_threshold!r}.'
+      )
+    if not self.bit_noise_multiplier >= 0:
+      raise ValueError(
+        'bit_noise_multiplier must be >= 0. Found '
+        f'{self.bit_noise_multiplier!r}.'
+      )
+    if not self.learning_rate > 0:
+      raise ValueError(
+        f'learning_rate must be > 0. Found {self.learning_rate!r}.'
+      )
+
+
+def _flat_spec(value_type):
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  flat = tf.nest.flatten(specs)
+  for s in flat:
+    if not s.dtype.is_floating:
+      raise TypeError(f'Sketching needs float tensors. Found {s!r}.')
+  sizes = [int(np.prod(s.shape.as_list())) for s in flat]
+  return specs, flat, sizes
+
+
+def round_event(
+  noise_multiplier: float, adaptive: Optional[AdaptiveClip]
+) -> dp_accounting.DpEvent:
+  """One round's release before sampling: the sketch's and the bit's."""
+  sketch = dp_accounting.GaussianDpEvent(noise_multiplier)
+  if adaptive is None:
+    return sketch
+  return dp_accounting.ComposedDpEvent(
+    [sketch, dp_accounting.GaussianDpEvent(adaptive.bit_noise_multiplier)]
+  )
+
+
+class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
+  """FetchSGD / DPSFL / DPSFL-AC (see the module docstring)."""
+
+  def __init__(
+    self,
+    *,
+    rows: int,
+    columns: int,
+    k: int,
+    momentum: float = 0.9,
+    learning_rate: float = 1.0,
+    noise_multiplier: Optional[float] = None,
+    clients_per_round: Optional[float] = None,
+    clip: Optional[float] = None,
+    adaptive: Optional[AdaptiveClip] = None,
+    seed: int = 0,
+  ):
+    """Checks the arguments (k against d at `create`).
+
+    Args:
+      rows: Sketch rows, >= 1.
+      columns: Sketch columns, >= 1.
+      k: Coordinates recovered a round, in [1, d].
+      momentum: rho in [0, 1).
+      learning_rate: lr > 0 scaling the momentum into the error sketch.
+      noise_multiplier: z >= 0 (DPSFL / DPSFL-AC); None: FetchSGD.
+      clients_per_round: Expected clients a round (the DP mean's
+        denominator), > 0; required with `noise_multiplier`.
+      clip: The (initial, with `adaptive`) clip, > 0; required with
+        `noise_multiplier`.
+      adaptive: DPSFL-AC's adaptive clip; None: a fixed clip.
+      seed: Seeds the hashes and the noise.
+
+    Raises:
+      ValueError: On a bad argument, naming it and its allowed range.
+    """
+    # The sketch checks rows and columns; dim 1 is a placeholder here.
+    count_sketch.CountSketch(rows, columns, 1)
+    if not isinstance(k, (int, np.integer)) or k < 1:
+      raise ValueError(f'k must be an integer >= 1. Found {k!r}.')
+    if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+      raise ValueError(f'momentum must be in [0, 1). Found {momentum!r}.')
+    if not learning_rate > 0:
+      raise ValueError(f'learning_rate must be > 0. Found {learning_rate!r}.')
+    private = noise_multiplier is not None
+    if private:
+      if not noise_multiplier >= 0:
+        raise ValueError(
+          f'noise_multiplier must be >= 0. Found {noise_multiplier!r}.'
+        )
+      if clients_per_round is None or not clients_per_round > 0:
+        raise ValueError(
+          f'clients_per_round must be > 0. Found {clients_per_round!r}.'
+        )
+      if clip is None or not clip > 0:
+        raise ValueError(f'clip must be > 0. Found {clip!r}.')
+    elif adaptive is not None or clip is not None:
+      raise ValueError(
+        'clip and adaptive need noise_multiplier (DPSFL); FetchSGD has none.'
+      )
+    if adaptive is not None:
+      adaptive.check()
+    self._rows, self._columns, self._k = int(rows), int(columns), int(k)
+    self._momentum, self._lr = float(momentum), float(learning_rate)
+    self._private = private
+    self._z = float(noise_multiplier) if private else 0.0
+    self._clients = float(clients_per_round) if private else None
+    self._clip = float(clip) if private else None
+    self._adaptive = adaptive
+    self._seed = int(seed)
+
+  @property
+  def private(self) -> bool:
+    return self._private
+
+  def round_event(self) -> dp_accounting.DpEvent:
+    if not self._private:
+      raise ValueError('FetchSGD releases no DP event.')
+    return round_event(self._z, self._adaptive)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    specs, flat_specs, sizes = _flat_spec(value_type)
+    dim = sum(sizes)
+    if self._k > dim:
+      raise ValueError(
+        f'k must be in [1, {dim}] (the number of scalars in the value). '
+        f'Found {self._k!r}.'
+      )
+    sk = count_sketch.CountSketch(self._rows, self._columns, dim, self._seed)
+    rows, cols, k = self._rows, self._columns, self._k
+    rho, lr = self._momentum, self._lr
+    private, z, adaptive = self._private, self._z, self._adaptive
+    clients = self._clients
+    sqrt_rows = math.sqrt(rows)
+    table_type = tff.TensorType(np.float32, [rows, cols])
+    seed = self._seed
+
+    def flatten(value):
+      return tf.concat(
+        [
+          tf.reshape(tf.cast(v, tf.float32), [-1])
+          for v in tf.nest.flatten(value)
+        ],
+        axis=0,
+      )
+
+    @tff.tensorflow.computation
+    def initial_server():
+      return collections.OrderedDict(
+        momentum=tf.zeros([rows, cols]),
+        error=tf.zeros([rows, cols]),
+        clip=tf.constant(self._clip or 0.0, tf.float32),
+        top_k=tf.zeros([k], tf.int32),
+        seed=tf.constant([seed, 7], tf.int64),
+      )
+
+    server_type = initial_server.type_signature.result
+
+    @tff.tensorflow.computation
+    def make_hashes():
+      return sk.hashes()
+
+    hashes_type = make_hashes.type_signature.result
+
+    @tff.tensorflow.computation(
+      value_type, hashes_type, tff.TensorType(np.float32), server_type.top_k
+    )
+    def encode(value, hashes, clip, top_k):
+      g = flatten(value)
+      table = sk.sketch(g, hashes)
+      if not private:
+        return collections.OrderedDict(table=table, bit=tf.constant(0.0))
+      bound = sqrt_rows * clip
+      norm = tf.norm(table)
+      factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-30))
+      # In [-1, 1] entrywise: the clipped sketch over its norm bound.
+      scaled = table * factor / bound
+      bit = tf.constant(0.0)
+      if adaptive is not None:
+        impact = (1.0 - factor) * tf.norm(tf.gather(g, top_k))
+        bit = tf.cast(impact <= adaptive.impact_threshold, tf.float32)
+      return collections.OrderedDict(table=scaled, bit=bit)
+
+    payload_type = encode.type_signature.result
+
+    @tff.tensorflow.computation(
+      server_type, payload_type, hashes_type, tff.TensorType(np.float32)
+    )
+    def server_update(state, total, hashes, num_clients):
+      seeds = tf.random.experimental.stateless_split(state['seed'], num=3)
+      clip = state['clip']
+      if private:
+        bound = sqrt_rows * clip
+        noise = tf.random.stateless_normal(
+          [rows, cols], seed=seeds[0], stddev=z * bound
+        )
+        mean = (total['table'] * bound + noise) / clients
+      else:
+        mean = total['table'] / tf.maximum(num_clients, 1.0)
+      new_clip = clip
+      p_hat = tf.constant(float('nan'))
+      if adaptive is not None:
+        bit_noise = tf.random.stateless_normal(
+          [], seed=seeds[1], stddev=adaptive.bit_noise_multiplier
+        )
+        p_hat = (total['bit'] + bit_noise) / clients
+        new_clip = clip * tf.exp(
+          adaptive.learning_rate * (adaptive.target_probability - p_hat)
+        )
+      momentum = rho * state['momentum'] + mean
+      error = state['error'] + lr * momentum
+      idx, values = sk.top_k(error, k, hashes)
+      delta = tf.scatter_nd(idx[:, None], values, [dim])
+      error = error - sk.sketch(delta, hashes)
+      parts = tf.split(delta, sizes)
+      result = tf.nest.pack_sequence_as(
+        specs,
+        [
+          tf.cast(tf.reshape(p, s.shape), s.dtype)
+          for p, s in zip(parts, flat_specs)
+        ],
+      )
+      new_state = collections.OrderedDict(
+        momentum=momentum,
+        error=error,
+        clip=new_clip,
+        top_k=idx,
+        seed=seeds[2],
+      )
+      measurements = collections.OrderedDict(
+        clip=clip if private else tf.constant(float('nan')),
+        unclipped_probability=p_hat,
+        num_clients=num_clients,
+        sketch_norm=tf.norm(mean),
+      )
+      return new_state, result, measurements
+
+    if private:
+      table_sum = tff.aggregators.SecureSumFactory(1.0, -1.0).create(table_type)
+      bit_sum = tff.aggregators.SecureSumFactory(1.0, 0.0).create(
+        tff.TensorType(np.float32)
+      )
+    else:
+      table_sum = tff.aggregators.SumFactory().create(table_type)
+      bit_sum = tff.aggregators.SumFactory().create(tff.TensorType(np.float32))
+
+    @tff.tensorflow.computation
+    def one():
+      return tf.constant(1.0)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(
+        collections.OrderedDict(
+          server=tff.federated_eval(initial_server, tff.SERVER),
+          table_sum=table_sum.initialize(),
+          bit_sum=bit_sum.initialize(),
+        )
+      )
+
+    @tff.federated_computation(
+      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+    )
+    def next_fn(state, value):
+      server = state.server
+      hashes = tff.federated_eval(make_hashes, tff.SERVER)
+      payload = tff.federated_map(
+        encode,
+        (
+          value,
+          tff.federated_broadcast(hashes),
+          tff.federated_broadcast(server.clip),
+          tff.federated_broadcast(server.top_k),
+        ),
+      )
+      tables = table_sum.next(state.table_sum, payload.table)
+      bits = bit_sum.next(state.bit_sum, payload.bit)
+      num_clients = tff.federated_sum(tff.federated_eval(one, tff.CLIENTS))
+      total = tff.federated_zip(
+        collections.OrderedDict(table=tables.result, bit=bits.result)
+      )
+      new_server, result, measurements = tff.federated_map(
+        server_update, (server, total, hashes, num_clients)
+      )
+      new_state = tff.federated_zip(
+        collections.OrderedDict(
+          server=new_server, table_sum=tables.state, bit_sum=bits.state
+        )
+      )
+      return tff.templates.MeasuredProcessOutput(
+        new_state, result, measurements
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def fetchsgd(
+  rows: int, columns: int, k: int, *, momentum: float = 0.9, seed: int = 0
+) -> SketchAggregatorFactory:
+  """FetchSGD: sketched updates, momentum and error feedback, no DP."""
+  return SketchAggregatorFactory(
+    rows=rows, columns=columns, k=k, momentum=momentum, seed=seed
+  )
+
+
+def dpsfl(
+  rows: int,
+  columns: int,
+  k: int,
+  *,
+  noise_multiplier: float,
+  clients_per_round: float,
+  clip: float,
+  momentum: float = 0.9,
+  seed: int = 0,
+) -> SketchAggregatorFactory:
+  """DPSFL: clipped sketches, Gaussian noise on their sum, FetchSGD server."""
+  return SketchAggregatorFactory(
+    rows=rows,
+    columns=columns,
+    k=k,
+    momentum=momentum,
+    noise_multiplier=noise_multiplier,
+    clients_per_round=clients_per_round,
+    clip=clip,
+    seed=seed,
+  )
+
+
+def dpsfl_ac(
+  rows: int,
+  columns: int,
+  k: int,
+  *,
+  noise_multiplier: float,
+  clients_per_round: float,
+  initial_clip: float,
+  adaptive: Optional[AdaptiveClip] = None,
+  momentum: float = 0.9,
+  seed: int = 0,
+) -> SketchAggregatorFactory:
+  """DPSFL-AC: DPSFL with the clip adapted from noisy clipping-impact bits.
+
+  `adaptive` defaults to `AdaptiveClip()`.
+  """
+  return SketchAggregatorFactory(
+    rows=rows,
+    columns=columns,
+    k=k,
+    momentum=momentum,
+    noise_multiplier=noise_multiplier,
+    clients_per_round=clients_per_round,
+    clip=initial_clip,
+    adaptive=adaptive if adaptive is not None else AdaptiveClip(),
+    seed=seed,
+  )
+
+
+def upload_bytes(rows: int, columns: int, adaptive: bool = False) -> int:
+  """The float32 sketch (and DPSFL-AC's bit, as a float32)."""
+  return 4 * rows * columns + (4 if adaptive else 0)
+
+
+def download_bytes(k: int, adaptive: bool = False) -> int:
+  """The top-k values and int32 indices (and DPSFL-AC's clip)."""
+  return 8 * k + (4 if adaptive else 0)

@@ -1,0 +1,228 @@
+"""FetchSGD / DPSFL / DPSFL-AC sketch aggregation."""
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_dp import contexts
+from tff_dp import privacy
+from tff_dp import training
+from tff_dp.aggregators import count_sketch
+from tff_dp.aggregators import dpsfl
+
+D = 40
+TYPE = tff.StructWithPythonType(
+  [tff.TensorType(np.float32, [4, 5]), tff.TensorType(np.float32, [20])], list
+)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def context():
+  contexts.set_simulation_context()
+
+
+def _value(entries):
+  flat = np.zeros(D, np.float32)
+  for i, v in entries.items():
+    flat[i] = v
+  return [flat[:20].reshape(4, 5), flat[20:]]
+
+
+def _flat(result):
+  return np.concatenate([np.ravel(r) for r in result])
+
+
+def test_fetchsgd_exact_at_zero_noise_with_momentum_and_error_feedback():
+  # Two clients with 3 nonzeros each (5 in their mean); a wide sketch
+  # recovers the top 4 of the mean exactly and keeps the 5th as error.
+  a = {1: 2.0, 7: -1.0, 30: 4.0}
+  b = {1: 2.0, 12: 3.0, 39: -5.0}
+  mean = (_flat(_value(a)) + _flat(_value(b))) / 2
+  factory = dpsfl.fetchsgd(5, 400, 4, momentum=0.5, seed=2)
+  process = factory.create(TYPE)
+  out = process.next(process.initialize(), [_value(a), _value(b)])
+  got = _flat(out.result)
+  # Top-4 of the mean's nonzeros {1: 2, 7: -.5, 12: 1.5, 30: 2, 39: -2.5}.
+  expected = mean.copy()
+  expected[7] = 0.0
+  np.testing.assert_allclose(got, expected, atol=1e-6)
+  assert out.measurements['num_clients'] == 2
+  # Error feedback keeps the unrecovered coordinate 7 (-0.5); momentum 0.5
+  # adds half the last mean: next round with zero updates recovers
+  # 0.5 * mean + the kept -0.5 at 7, top-4 of those.
+  zero = _value({})
+  out2 = process.next(out.state, [zero, zero])
+  carried = 0.5 * mean
+  carried[7] += -0.5
+  top = np.sort(np.argsort(-np.abs(carried), kind='stable')[:4])
+  expected2 = np.zeros(D)
+  expected2[top] = carried[top]
+  np.testing.assert_allclose(_flat(out2.result), expected2, atol=1e-6)
+
+
+def test_dpsfl_zero_noise_divides_by_expected_clients_and_clips_the_sketch():
+  a = {3: 3.0, 25: 4.0}  # Norm 5.
+  # Clip 100: unclipped; mean over the expected 4 clients.
+  process = dpsfl.dpsfl(
+    5, 400, 2, noise_multiplier=0.0, clients_per_round=4, clip=100.0
+  ).create(TYPE)
+  out = process.next(process.initialize(), [_value(a)])
+  np.testing.assert_allclose(_flat(out.result), _flat(_value(a)) / 4, atol=1e-4)
+  # Clip 1: the sketch's norm sqrt(5) * 5 is scaled to sqrt(5) * 1.
+  process = dpsfl.dpsfl(
+    5, 400, 2, noise_multiplier=0.0, clients_per_round=1, clip=1.0
+  ).create(TYPE)
+  out = process.next(process.initialize(), [_value(a)])
+  np.testing.assert_allclose(_flat(out.result), _flat(_value(a)) / 5, atol=1e-4)
+  assert out.measurements['clip'] == pytest.approx(1.0)
+
+
+def test_dpsfl_noise_stddev_per_counter():
+  rows, cols, z, clip, n = 3, 2000, 1.5, 0.4, 10
+  process = dpsfl.dpsfl(
+    rows, cols, 1, noise_multiplier=z, clients_per_round=n, clip=clip
+  ).create(TYPE)
+  state = process.initialize()
+  norms = []
+  for _ in range(3):
+    out = process.next(state, [_value({}), _value({})])
+    state = out.state
+    norms.append(out.measurements['sketch_norm'])
+  # The mean sketch is N(0, (z sqrt(rows) clip / n)^2) per counter.
+  per_counter = np.array(norms) / np.sqrt(rows * cols)
+  np.testing.assert_allclose(
+    per_counter, z * np.sqrt(rows) * clip / n, rtol=0.05
+  )
+  # Seeded: a fresh process draws the same noise.
+  again = dpsfl.dpsfl(
+    rows, cols, 1, noise_multiplier=z, clients_per_round=n, clip=clip
+  ).create(TYPE)
+  first = again.next(again.initialize(), [_value({}), _value({})])
+  assert first.measurements['sketch_norm'] == pytest.approx(norms[0])
+
+
+@pytest.mark.parametrize(
+  'entries, direction', [({0: 100.0}, 'up'), ({0: 1e-3}, 'down')]
+)
+def test_adaptive_clip_moves_the_right_way(entries, direction):
+  # Bit noise 0. Coordinate 0 is in the initial "previous top-k" (zeros).
+  # A huge update clipped at 1 has impact ~99 > gamma on it: bits 0,
+  # p_hat 0 < target, the clip grows; a tiny one is unclipped: bits 1,
+  # p_hat 1 > target, the clip shrinks.
+  adaptive = dpsfl.AdaptiveClip(
+    target_probability=0.5,
+    impact_threshold=0.1,
+    bit_noise_multiplier=0.0,
+    learning_rate=0.2,
+  )
+  process = dpsfl.dpsfl_ac(
+    5,
+    400,
+    2,
+    noise_multiplier=0.0,
+    clients_per_round=3,
+    initial_clip=1.0,
+    adaptive=adaptive,
+  ).create(TYPE)
+  state = process.initialize()
+  clips = []
+  for _ in range(3):
+    out = process.next(state, [_value(entries)] * 3)
+    state = out.state
+    clips.append(float(state['server']['clip']))
+  p_hat = out.measurements['unclipped_probability']
+  if direction == 'up':
+    assert p_hat == pytest.approx(0.0)
+    np.testing.assert_allclose(clips, np.exp(0.1 * np.arange(1, 4)), rtol=1e-5)
+  else:
+    assert p_hat == pytest.approx(1.0)
+    np.testing.assert_allclose(clips, np.exp(-0.1 * np.arange(1, 4)), rtol=1e-5)
+
+
+def test_round_event_composes_the_bit():
+  event = dpsfl.round_event(1.2, dpsfl.AdaptiveClip(bit_noise_multiplier=5.0))
+  assert event == dp_accounting.ComposedDpEvent(
+    [dp_accounting.GaussianDpEvent(1.2), dp_accounting.GaussianDpEvent(5.0)]
+  )
+  merged = privacy.merge_gaussians(event)
+  assert merged.noise_multiplier == pytest.approx((1.2**-2 + 5.0**-2) ** -0.5)
+  assert dpsfl.round_event(1.2, None) == dp_accounting.GaussianDpEvent(1.2)
+
+
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (dict(rows=0), 'rows must be an integer >= 1'),
+    (dict(columns=0), 'columns must be an integer >= 1'),
+    (dict(k=0), 'k must be an integer >= 1'),
+    (dict(momentum=1.0), r'momentum must be in \[0, 1\)'),
+    (dict(noise_multiplier=-1.0), 'noise_multiplier must be >= 0'),
+    (dict(clip=0.0), 'clip must be > 0'),
+    (dict(clients_per_round=0), 'clients_per_round must be > 0'),
+    (
+      dict(adaptive=dpsfl.AdaptiveClip(target_probability=1.0)),
+      r'target_probability must be in \(0, 1\)',
+    ),
+    (
+      dict(adaptive=dpsfl.AdaptiveClip(impact_threshold=0.0)),
+      'impact_threshold must be > 0',
+    ),
+  ],
+)
+def test_bad_args(kwargs, match):
+  args = dict(
+    rows=3, columns=10, k=2, noise_multiplier=1.0, clients_per_round=5, clip=1.0
+  )
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    dpsfl.SketchAggregatorFactory(**args)
+
+
+def test_k_larger_than_dimension_and_clip_without_noise():
+  with pytest.raises(ValueError, match=r'k must be in \[1, 40\]'):
+    dpsfl.fetchsgd(3, 10, 41).create(TYPE)
+  with pytest.raises(ValueError, match='need noise_multiplier'):
+    dpsfl.SketchAggregatorFactory(rows=3, columns=10, k=2, clip=1.0)
+
+
+def test_bytes():
+  assert dpsfl.upload_bytes(5, 1000) == 20000
+  assert dpsfl.upload_bytes(5, 1000, adaptive=True) == 20004
+  assert dpsfl.download_bytes(100) == 800
+  assert count_sketch.CountSketch(5, 1000, 10).num_counters == 5000
+
+
+@pytest.mark.usefixtures('shared_data_dir')
+@pytest.mark.parametrize('method', ['fetchsgd', 'dpsfl', 'dpsfl_ac'])
+def test_runner_methods(tmp_path, method):
+  summary = training.run_experiment(
+    training.ExperimentConfig(
+      task='heart_disease',
+      method=method,
+      rounds=2,
+      client_sampling_rate=1.0,
+      noise_multiplier=1.0,
+      delta=1e-3,
+      sketch_rows=3,
+      sketch_columns=100,
+      sketch_k=50,
+      batch_size=32,
+      output_dir=str(tmp_path / method),
+    )
+  )
+  ac = method == 'dpsfl_ac'
+  assert summary['bytes_per_client_per_round'] == {
+    'down': dpsfl.download_bytes(50, ac),
+    'up': dpsfl.upload_bytes(3, 100, ac),
+  }
+  if method == 'fetchsgd':
+    assert summary['epsilon_rdp'] is None
+    return
+  event = privacy.event_from_dict(summary['dp_events'][-1])
+  # DPSFL-AC: the sketch's and the bit's Gaussians, merged exactly by the
+  # ledger into one of multiplier (1/1^2 + 1/10^2)^(-1/2).
+  z = (1.0 + 10.0**-2) ** -0.5 if ac else 1.0
+  assert event == dp_accounting.PoissonSampledDpEvent(
+    1.0, dp_accounting.GaussianDpEvent(pytest.approx(z))
+  )
