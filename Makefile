@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 1500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test lint format bench bench-speed bench-load bench-centralized clean
+.PHONY: install run test lint format bench bench-speed bench-load bench-centralized study clean
 
 install: $(STAMP)
 
@@ -53,6 +53,13 @@ bench: bench-speed bench-load bench-centralized
 
 bench-speed: $(STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)
+
+# Paper-table studies (long: minutes to an hour each on 2 cores); results in
+# benchmarks/results/<study>.md. STUDY=seed004_fashion, seed004_medical,
+# seed000_table3, seed002_emnist, seed002_cifar10.
+STUDY ?= seed004_medical
+study: $(STAMP)
+	$(PY) -m benchmarks.studies --study=$(STUDY)
 
 bench-load: $(STAMP)
 	$(PY) -m benchmarks.load_time
