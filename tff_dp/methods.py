@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 from tff_dp import communication
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
 from tff_dp import public_data
@@ -53,6 +54,10 @@ class MethodParams:
   dpsfl_impact_threshold: float = 0.1
   dpsfl_bit_noise: float = 10.0
   dpsfl_clip_lr: float = 0.2
+  cmp_rank: int = 4
+  cmp_clip_u: Optional[float] = None
+  cmp_clip_v: Optional[float] = None
+  model_shapes: tuple = ()
 
 
 def client_metrics_fn(p: MethodParams):
@@ -498,3 +503,60 @@ def _sketch_method(name: str) -> Method:
 
 for _name in ('fetchsgd', 'dpsfl', 'dpsfl_ac'):
   register(_sketch_method(_name))
+
+
+def _with_model_shapes(p: MethodParams, task, data_dir) -> MethodParams:
+  del data_dir
+  shapes = tuple(
+    tuple(v.shape.as_list()) for v in task.model_builder().trainable_variables
+  )
+  return dataclasses.replace(p, model_shapes=shapes)
+
+
+def _low_rank_method(name: str) -> Method:
+  private = name == 'cmp_fed'
+
+  def aggregator(p: MethodParams):
+    if not private:
+      return cmp_fed.uv_fed(p.cmp_rank, seed=p.seed)
+    return cmp_fed.cmp_fed(
+      p.cmp_rank,
+      noise_multiplier=p.noise_multiplier,
+      clients_per_round=p.expected_clients_per_round,
+      clip_u=p.cmp_clip_u if p.cmp_clip_u is not None else p.clip,
+      clip_v=p.cmp_clip_v if p.cmp_clip_v is not None else p.clip,
+      seed=p.seed,
+    )
+
+  return Method(
+    name=name,
+    description=(
+      'CMP-Fed (seed 001): rank --cmp_rank power iteration, U then V '
+      'clipped (--cmp_clip_u, --cmp_clip_v; default --clip), noised and '
+      'secure-summed, two phases a round.'
+      if private
+      else 'UV-Fed (seed 001): the rank --cmp_rank power iteration '
+      'without clipping or noise.'
+    ),
+    private=private,
+    build_aggregator=aggregator,
+    upload_bytes=lambda p: cmp_fed.upload_bytes(p.model_shapes, p.cmp_rank),
+    extra_download_bytes=lambda p: cmp_fed.extra_download_bytes(
+      p.model_shapes, p.cmp_rank
+    ),
+    round_event=(
+      (
+        lambda z, p: dp_accounting.ComposedDpEvent(
+          [dp_accounting.GaussianDpEvent(z)] * 2
+        )
+      )
+      if private
+      else None
+    ),
+    event_from_state=private,
+    setup=_with_model_shapes,
+  )
+
+
+register(_low_rank_method('cmp_fed'))
+register(_low_rank_method('uv_fed'))

@@ -145,6 +145,15 @@ _DPSFL_BIT_NOISE = flags.DEFINE_float(
 _DPSFL_CLIP_LR = flags.DEFINE_float(
   'dpsfl_clip_lr', _D.dpsfl_clip_lr, 'DPSFL-AC: geometric clip step (> 0).'
 )
+_CMP_RANK = flags.DEFINE_integer(
+  'cmp_rank', _D.cmp_rank, 'CMP-Fed / UV-Fed rank r per layer (>= 1).'
+)
+_CMP_CLIP_U = flags.DEFINE_float(
+  'cmp_clip_u', None, 'CMP-Fed phase-1 clip C1 (> 0; default --clip).'
+)
+_CMP_CLIP_V = flags.DEFINE_float(
+  'cmp_clip_v', None, 'CMP-Fed phase-2 clip C2 (> 0; default --clip).'
+)
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
   'local_epochs', _D.local_epochs, "Local passes over a client's data."
@@ -265,6 +274,9 @@ def config_from_flags() -> training.ExperimentConfig:
     dpsfl_impact_threshold=_DPSFL_GAMMA.value,
     dpsfl_bit_noise=_DPSFL_BIT_NOISE.value,
     dpsfl_clip_lr=_DPSFL_CLIP_LR.value,
+    cmp_rank=_CMP_RANK.value,
+    cmp_clip_u=_CMP_CLIP_U.value,
+    cmp_clip_v=_CMP_CLIP_V.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

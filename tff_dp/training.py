@@ -84,6 +84,9 @@ class ExperimentConfig:
   dpsfl_impact_threshold: float = 0.1
   dpsfl_bit_noise: float = 10.0
   dpsfl_clip_lr: float = 0.2
+  cmp_rank: int = 4
+  cmp_clip_u: Optional[float] = None
+  cmp_clip_v: Optional[float] = None
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None

@@ -1,0 +1,163 @@
+"""CMP-Fed / UV-Fed: two power-iteration phases a round."""
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_dp import contexts
+from tff_dp import privacy
+from tff_dp import training
+from tff_dp.aggregators import cmp_fed
+
+TYPE = tff.StructWithPythonType(
+  [tff.TensorType(np.float32, [6, 4]), tff.TensorType(np.float32, [4])], list
+)
+CONV = tff.StructWithPythonType(
+  [tff.TensorType(np.float32, [3, 3, 2, 5]), tff.TensorType(np.float32, [5])],
+  list,
+)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def context():
+  contexts.set_simulation_context()
+
+
+def _value(seed, scale=1.0):
+  rng = np.random.default_rng(seed)
+  return [
+    (scale * rng.normal(size=(6, 4))).astype(np.float32),
+    (scale * rng.normal(size=4)).astype(np.float32),
+  ]
+
+
+@pytest.mark.parametrize('private', [False, True])
+def test_full_rank_reconstructs_a_single_update_exactly(private):
+  kwargs = {}
+  if private:
+    kwargs = dict(
+      noise_multiplier=0.0,
+      clients_per_round=1,
+      clip_u=1e4,
+      clip_v=1e4,
+      secure_sum=False,
+    )
+  process = cmp_fed.CMPFedFactory(4, **kwargs).create(TYPE)
+  value = _value(0)
+  out = process.next(process.initialize(), [value])
+  np.testing.assert_allclose(out.result[0], value[0], atol=1e-4)
+  np.testing.assert_allclose(out.result[1], value[1], atol=1e-5)
+
+
+def test_conv_kernels_are_reshaped_and_reconstructed():
+  # (3, 3, 2, 5) -> (18, 5): rank 5 is full.
+  rng = np.random.default_rng(1)
+  value = [rng.normal(size=(3, 3, 2, 5)).astype(np.float32), np.ones(5, 'f')]
+  process = cmp_fed.uv_fed(8).create(CONV)
+  out = process.next(process.initialize(), [value])
+  np.testing.assert_allclose(out.result[0], value[0], atol=1e-4)
+  assert cmp_fed.payload_sizes([(3, 3, 2, 5), (5,)], 8) == (18 * 5 + 5, 5 * 5)
+
+
+def test_repeated_rounds_converge_to_the_best_rank_r_approximation():
+  value = _value(2)
+  u, s, vt = np.linalg.svd(value[0].astype(np.float64))
+  best = (u[:, :2] * s[:2]) @ vt[:2]
+  process = cmp_fed.uv_fed(2, seed=3).create(TYPE)
+  state = process.initialize()
+  errors = []
+  for _ in range(25):
+    out = process.next(state, [value, value])
+    state = out.state
+    errors.append(np.abs(out.result[0] - best).max())
+  assert errors[-1] < 1e-4 < errors[0]
+  # Two clients: the mean of identical updates is the update.
+  np.testing.assert_allclose(out.result[1], value[1], atol=1e-6)
+
+
+def test_each_phase_is_clipped_on_adversarial_inputs():
+  c1, c2 = 0.5, 0.25
+  process = cmp_fed.cmp_fed(
+    2, noise_multiplier=0.0, clients_per_round=1, clip_u=c1, clip_v=c2
+  ).create(TYPE)
+  out = process.next(process.initialize(), [_value(4, scale=1e5)])
+  # Phase 2's mean V (the new warm start) has norm <= C2; phase 1's dense
+  # bias is part of U's clipped payload, so its norm is <= C1.
+  v = np.concatenate([np.ravel(x) for x in out.state['v']])
+  assert np.linalg.norm(v) <= c2 * (1 + 1e-3)
+  assert np.linalg.norm(out.result[1]) <= c1 * (1 + 1e-3)
+
+
+def test_type_signature_and_two_composed_events():
+  factory = cmp_fed.cmp_fed(
+    10, noise_multiplier=1.3, clients_per_round=5, clip_u=1.0, clip_v=1.0
+  )
+  process = factory.create(TYPE)
+  sig = process.next.type_signature
+  assert sig.result.result.member.is_equivalent_to(TYPE)
+  # Rank 10 > min(6, 4): reduced to 4, V is 4 x 4.
+  assert process.initialize()['v'][0].shape == (4, 4)
+  out = process.next(process.initialize(), [_value(5)])
+  events = training.find_dp_events(out.state)
+  assert events == [dp_accounting.GaussianDpEvent(pytest.approx(1.3))] * 2
+  merged = privacy.merge_gaussians(dp_accounting.ComposedDpEvent(events))
+  assert merged.noise_multiplier == pytest.approx(1.3 / np.sqrt(2))
+
+
+def test_bytes():
+  shapes = [(6, 4), (4,), (3, 3, 2, 5)]
+  # Rank 2: U 6x2 + bias 4 + U 18x2; V 4x2 + V 5x2.
+  assert cmp_fed.upload_bytes(shapes, 2) == 4 * (12 + 4 + 36 + 8 + 10)
+  assert cmp_fed.extra_download_bytes(shapes, 2) == 4 * ((6 + 4) * 2 + 23 * 2)
+
+
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (dict(rank=0), 'rank must be an integer >= 1'),
+    (dict(clip_u=0.0), r'clip_u \(C1\) must be > 0'),
+    (dict(clip_v=-1.0), r'clip_v \(C2\) must be > 0'),
+    (dict(noise_multiplier=-1.0), 'noise_multiplier must be a finite'),
+  ],
+)
+def test_bad_args(kwargs, match):
+  args = dict(
+    rank=2, noise_multiplier=1.0, clients_per_round=5, clip_u=1.0, clip_v=1.0
+  )
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    cmp_fed.CMPFedFactory(**args)
+  with pytest.raises(ValueError, match='need noise_multiplier'):
+    cmp_fed.CMPFedFactory(2, clip_u=1.0)
+
+
+@pytest.mark.usefixtures('shared_data_dir')
+@pytest.mark.parametrize('method', ['uv_fed', 'cmp_fed'])
+def test_runner_methods(tmp_path, method):
+  summary = training.run_experiment(
+    training.ExperimentConfig(
+      task='heart_disease',
+      method=method,
+      rounds=2,
+      client_sampling_rate=1.0,
+      noise_multiplier=1.0,
+      delta=1e-3,
+      cmp_rank=2,
+      batch_size=32,
+      output_dir=str(tmp_path / method),
+    )
+  )
+  # heart_disease MLP: kernels (38, 32), (32, 1); biases 32 and 1.
+  shapes = [(38, 32), (32,), (32, 1), (1,)]
+  assert summary['bytes_per_client_per_round'] == {
+    'down': 4 * 1281 + cmp_fed.extra_download_bytes(shapes, 2),
+    'up': cmp_fed.upload_bytes(shapes, 2),
+  }
+  if method == 'uv_fed':
+    assert summary['epsilon_rdp'] is None
+    return
+  event = privacy.event_from_dict(summary['dp_events'][-1])
+  assert event == dp_accounting.PoissonSampledDpEvent(
+    1.0, dp_accounting.GaussianDpEvent(pytest.approx(1 / np.sqrt(2)))
+  )
