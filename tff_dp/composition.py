@@ -39,7 +39,8 @@ def build_learning_process(
     Callable[[], tff.learning.models.VariableModel]
   ] = None,
   client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
-  client_metrics_fn: Optional[Callable[[Any], Any]] = None,
+  client_metrics_fn: Optional[Callable[..., Any]] = None,
+  track_global_update: bool = False,
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_ITERATOR
   ),
@@ -62,6 +63,8 @@ def build_learning_process(
     client_metrics_fn: With the default client work, per-client scalars of
       the update summed into the measurements (update-norm diagnostics);
       then the loop is `tff_dp`'s mirror of TFF's model-delta training.
+    track_global_update: With `client_metrics_fn`, call it as
+      `fn(delta, last_global_step)` (norm and angle diagnostics).
     loop_implementation: The local training loop.
 
   Returns:
@@ -92,6 +95,7 @@ def build_learning_process(
       client_optimizer,
       client_weighting=weighting,
       extra_metrics_fn=client_metrics_fn,
+      track_global_update=track_global_update,
     )
   if client_work is None:
     client_work = tff.learning.templates.build_model_delta_client_work(

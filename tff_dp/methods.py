@@ -67,6 +67,13 @@ def client_metrics_fn(p: MethodParams):
   return diagnostics.update_norm_metrics(p.clip)
 
 
+def client_angle_metrics_fn(p: MethodParams):
+  """Norms and angles to the last global step (`track_global_update`)."""
+  if not p.update_diagnostics:
+    return None
+  return diagnostics.update_norm_metrics(p.clip, with_angle=True)
+
+
 AggregatorBuilder = Callable[
   [MethodParams],
   Optional[

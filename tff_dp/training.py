@@ -46,6 +46,7 @@ from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 
 CHECKPOINT_PREFIX = 'round_'
+DIAGNOSTICS_FILE = 'diagnostics.jsonl'  # Per-round update histograms.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,6 +342,18 @@ def _flatten(prefix: str, value, out: dict) -> None:
     out[prefix] = float(value)
 
 
+def _truncate_diagnostics(path: pathlib.Path, last_round: int) -> None:
+  """Drops histogram lines of rounds after the restored checkpoint."""
+  if not path.exists():
+    return
+  keep = [
+    line
+    for line in path.read_text().splitlines()
+    if line and json.loads(line)['round'] <= last_round
+  ]
+  _atomic_write(path, ''.join(line + '\n' for line in keep))
+
+
 def _atomic_write(path: pathlib.Path, text: str) -> None:
   with tempfile.NamedTemporaryFile(
     'w', dir=path.parent, delete=False, prefix=f'.{path.name}'
@@ -540,7 +553,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
     model_aggregator=method.build_aggregator(params),
     client_model_fn=client_model_fn,
     client_work=client_work,
-    client_metrics_fn=methods_lib.client_metrics_fn(params),
+    client_metrics_fn=methods_lib.client_angle_metrics_fn(params),
+    track_global_update=params.update_diagnostics,
   )
 
   return Prepared(task, method, params, sampling, delta, cost, process)
@@ -594,6 +608,7 @@ def run_experiment(
       if ledger is not None:
         ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
       start_round = runner.round_num + 1
+      _truncate_diagnostics(output_dir / DIAGNOSTICS_FILE, runner.round_num)
       logging.info(
         'Resumed from checkpoint of round %d in %s', version, output_dir
       )
@@ -664,7 +679,13 @@ def run_experiment(
       row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       row.update(evaluate(task, process.get_model_weights(state), keras_model))
-    row.update(diagnostics.summarize(metrics))
+    extra = output.metrics.get('client_work', {}).get('extra', {})
+    vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
+    row.update(diagnostics.summarize({**metrics, **vectors}))
+    hists = diagnostics.histograms(vectors)
+    if hists and output_dir is not None:
+      with open(output_dir / DIAGNOSTICS_FILE, 'a') as f:
+        f.write(json.dumps({'round': round_num, **hists}) + '\n')
     row.update({f'tff/{k}': v for k, v in metrics.items()})
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)

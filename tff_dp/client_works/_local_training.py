@@ -65,6 +65,7 @@ def build_client_work(
   update_fn: Optional[UpdateFn] = None,
   extra_metrics_fn: Optional[Callable[[Any], dict]] = None,
   round_input: Optional[RoundInput] = None,
+  track_global_update: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """A model-delta client work with a loss penalty and an update transform.
 
@@ -80,6 +81,10 @@ def build_client_work(
       are summed over clients under `extra/`.
     round_input: A per-round server value broadcast to the clients and
       passed to `after_step_fn` as its third argument.
+    track_global_update: Keep the last global weights in the state and
+      call `extra_metrics_fn(delta, last_global_step)` (seed 003's angle
+      between a client's update and the previous global update; the step
+      is zero in the first round).
   """
   with tf.Graph().as_default():
     model = model_fn()
@@ -93,7 +98,8 @@ def build_client_work(
     optimizer.initialize(tf.TensorSpec([], tf.float32))
   )
 
-  if round_input is None:
+  extended = round_input is not None or track_global_update
+  if not extended:
 
     @tff.federated_computation
     def init_fn():
@@ -112,14 +118,21 @@ def build_client_work(
       return hparams
 
   else:
-    initial_input = np.asarray(round_input.initial)
+    trainable_specs = tff.types.type_to_tf_tensor_specs(weights_type.trainable)
 
     @tff.tensorflow.computation
     def initial_state():
-      return collections.OrderedDict(
-        hparams=tf.nest.map_structure(tf.constant, initial_hparams),
-        round_input=tf.constant(initial_input),
+      state = collections.OrderedDict(
+        hparams=tf.nest.map_structure(tf.constant, initial_hparams)
       )
+      if round_input is not None:
+        state['round_input'] = tf.constant(np.asarray(round_input.initial))
+      if track_global_update:
+        state['previous'] = tf.nest.map_structure(
+          lambda s: tf.zeros(s.shape, s.dtype), trainable_specs
+        )
+        state['has_previous'] = tf.constant(False)
+      return state
 
     @tff.federated_computation
     def init_fn():
@@ -134,20 +147,24 @@ def build_client_work(
 
     @tff.tensorflow.computation(state_type, hparams_type)
     def set_hparams_fn(state, hparams):
-      return collections.OrderedDict(
-        hparams=hparams, round_input=state['round_input']
-      )
+      new = collections.OrderedDict(state)
+      new['hparams'] = hparams
+      return new
 
-    @tff.tensorflow.computation(state_type.round_input)
-    def advance_fn(value):
-      return round_input.advance(value)
+    if round_input is not None:
 
-    round_value_type = advance_fn.type_signature.result[0]
+      @tff.tensorflow.computation(state_type.round_input)
+      def advance_fn(value):
+        return round_input.advance(value)
+
+      round_value_type = advance_fn.type_signature.result[0]
 
   def _build_train(model):
     return tf.function(functools.partial(_train, model))
 
-  def _train(model, hparams, initial_weights, dataset, round_value=None):
+  def _train(
+    model, hparams, initial_weights, dataset, round_value=None, reference=None
+  ):
     weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
     trainable = tuple(tf.nest.flatten(weights.trainable))
@@ -187,31 +204,73 @@ def build_client_work(
     else:
       weight = tf.constant(1.0, tf.float32)
     weight = tf.where(non_finite, 0.0, weight)
-    extra = (
-      collections.OrderedDict()
-      if extra_metrics_fn is None
-      else collections.OrderedDict(extra_metrics_fn(delta))
-    )
+    if extra_metrics_fn is None:
+      extra = collections.OrderedDict()
+    elif track_global_update:
+      previous, has_previous = reference
+      # The last global step in the delta's sign (initial - final):
+      # w_{t-1} - w_t, zero (undefined) in the first round.
+      step = tf.nest.map_structure(
+        lambda p, w: tf.where(has_previous, p - w, tf.zeros_like(w)),
+        tuple(tf.nest.flatten(previous)),
+        tuple(tf.nest.flatten(initial_weights.trainable)),
+      )
+      extra = collections.OrderedDict(extra_metrics_fn(delta, step))
+    else:
+      extra = collections.OrderedDict(extra_metrics_fn(delta))
     return (
       tff.learning.templates.ClientResult(update=delta, update_weight=weight),
       model.report_local_unfinalized_metrics(),
       extra,
     )
 
-  if round_input is None:
+  client_args = [hparams_type, weights_type, data_type]
+  if round_input is not None:
+    client_args.append(round_value_type)
+  if track_global_update:
+    reference_type = tff.StructWithPythonType(
+      [weights_type.trainable, tff.TensorType(np.bool_)], tuple
+    )
+    client_args.append(reference_type)
 
-    @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  train_args = ('round_value',) * (round_input is not None) + (
+    'reference',
+  ) * track_global_update
+
+  def _call(hparams, initial_weights, dataset, **kwargs):
+    return _build_train(model_fn())(hparams, initial_weights, dataset, **kwargs)
+
+  # TFF computations take no varargs: one signature per combination.
+  if train_args == ():
+
+    @tff.tensorflow.computation(*client_args)
     def client_update(hparams, initial_weights, dataset):
-      return _build_train(model_fn())(hparams, initial_weights, dataset)
+      return _call(hparams, initial_weights, dataset)
+
+  elif train_args == ('round_value',):
+
+    @tff.tensorflow.computation(*client_args)
+    def client_update(hparams, initial_weights, dataset, round_value):
+      return _call(hparams, initial_weights, dataset, round_value=round_value)
+
+  elif train_args == ('reference',):
+
+    @tff.tensorflow.computation(*client_args)
+    def client_update(hparams, initial_weights, dataset, reference):
+      return _call(hparams, initial_weights, dataset, reference=reference)
 
   else:
 
-    @tff.tensorflow.computation(
-      hparams_type, weights_type, data_type, round_value_type
-    )
-    def client_update(hparams, initial_weights, dataset, round_value):
-      return _build_train(model_fn())(
-        hparams, initial_weights, dataset, round_value
+    @tff.tensorflow.computation(*client_args)
+    def client_update(
+      hparams, initial_weights, dataset, round_value, reference
+    ):
+      return _call(
+        hparams,
+        initial_weights,
+        dataset,
+        round_value=round_value,
+        reference=reference,
       )
 
   @tff.federated_computation(
@@ -220,21 +279,23 @@ def build_client_work(
     tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
-    if round_input is None:
-      hparams = tff.federated_broadcast(state)
-      result, model_outputs, extra = tff.federated_map(
-        client_update, (hparams, weights, client_data)
-      )
+    if not extended:
+      args = [tff.federated_broadcast(state), weights, client_data]
     else:
-      hparams = tff.federated_broadcast(state.hparams)
-      value, next_input = tff.federated_map(advance_fn, state.round_input)
-      result, model_outputs, extra = tff.federated_map(
-        client_update,
-        (hparams, weights, client_data, tff.federated_broadcast(value)),
-      )
-      state = tff.federated_zip(
-        collections.OrderedDict(hparams=state.hparams, round_input=next_input)
-      )
+      args = [tff.federated_broadcast(state.hparams), weights, client_data]
+      new_state = collections.OrderedDict(hparams=state.hparams)
+      if round_input is not None:
+        value, next_input = tff.federated_map(advance_fn, state.round_input)
+        args.append(tff.federated_broadcast(value))
+        new_state['round_input'] = next_input
+      if track_global_update:
+        reference = tff.federated_zip((state.previous, state.has_previous))
+        args.append(tff.federated_broadcast(reference))
+        # Every client holds the same global weights: their mean is them.
+        new_state['previous'] = tff.federated_mean(weights.trainable)
+        new_state['has_previous'] = tff.federated_value(True, tff.SERVER)
+      state = tff.federated_zip(new_state)
+    result, model_outputs, extra = tff.federated_map(client_update, tuple(args))
     train = metrics_aggregation_fn(model_outputs)
     measurements = collections.OrderedDict(train=train)
     if extra_metrics_fn is not None:

@@ -28,32 +28,63 @@ def check_clip(clip: float) -> None:
     raise ValueError(f'clip must be > 0. Found {clip!r}.')
 
 
-def update_norm_metrics(clip: float):
-  """`delta -> OrderedDict` of per-client scalars to be summed.
+ANGLE_BUCKETS = 20  # Cosine in [-1, 1], 0.1 wide.
 
-  Keys: `clients` (1), `update_norm`, `update_norm_sq`, `clipped` (1 if the
-  norm exceeds `clip`) and `norm_hist_NN` (one-hot over `EDGES` buckets:
-  bucket i holds norms in [EDGES[i-1], EDGES[i]); bucket 0 below EDGES[0],
-  the last at or above EDGES[-1]).
+
+def update_norm_metrics(clip: float, with_angle: bool = False):
+  """Per-client values to be summed over the cohort.
+
+  Returns `fn(delta)` or, with `with_angle`, `fn(delta, last_global_step)`
+  (for a client work built with `track_global_update=True`) giving:
+  `clients` (1), `update_norm`, `update_norm_sq`, `clipped` (1 if the norm
+  exceeds `clip`), `norm_hist` (one-hot over the `EDGES` buckets: bucket i
+  holds norms in [EDGES[i-1], EDGES[i]), bucket 0 below EDGES[0], the last
+  at or above EDGES[-1]); with angles also `cosine` (the cosine between
+  the update and the last global step, 0 when undefined), `cosine_defined`
+  (1 when the step and the update are nonzero) and `joint_hist` (norm
+  bucket x cosine bucket, a one-hot matrix; undefined cosines count in
+  the joint histogram only when defined).
   """
   check_clip(clip)
   num_buckets = len(EDGES) + 1
 
-  def fn(delta):
+  def norm_part(delta):
     edges = tf.constant(EDGES, tf.float32)  # Built in the caller's graph.
-    norm = tf.linalg.global_norm(
-      [tf.cast(t, tf.float32) for t in tf.nest.flatten(delta)]
-    )
+    flat = [tf.cast(t, tf.float32) for t in tf.nest.flatten(delta)]
+    norm = tf.linalg.global_norm(flat)
     bucket = tf.searchsorted(edges, norm[None], side='right')[0]
-    onehot = tf.one_hot(bucket, num_buckets, dtype=tf.float32)
     out = collections.OrderedDict(
       clients=tf.constant(1.0),
       update_norm=norm,
       update_norm_sq=tf.square(norm),
       clipped=tf.cast(norm > clip, tf.float32),
+      norm_hist=tf.one_hot(bucket, num_buckets, dtype=tf.float32),
     )
-    for i in range(num_buckets):
-      out[f'norm_hist_{i:02d}'] = onehot[i]
+    return out, flat, norm, bucket
+
+  if not with_angle:
+    return lambda delta: norm_part(delta)[0]
+
+  def fn(delta, step):
+    out, flat, norm, bucket = norm_part(delta)
+    step = [tf.cast(t, tf.float32) for t in tf.nest.flatten(step)]
+    step_norm = tf.linalg.global_norm(step)
+    dot = tf.add_n([tf.reduce_sum(a * b) for a, b in zip(flat, step)])
+    defined = tf.logical_and(norm > 0, step_norm > 0)
+    cosine = tf.where(defined, dot / tf.maximum(norm * step_norm, 1e-30), 0.0)
+    cosine = tf.clip_by_value(cosine, -1.0, 1.0)
+    angle_bucket = tf.minimum(
+      tf.cast(tf.floor((cosine + 1.0) / 2.0 * ANGLE_BUCKETS), tf.int32),
+      ANGLE_BUCKETS - 1,
+    )
+    cell = (
+      tf.one_hot(bucket, num_buckets)[:, None]
+      * tf.one_hot(angle_bucket, ANGLE_BUCKETS)[None, :]
+    )
+    defined_f = tf.cast(defined, tf.float32)
+    out['cosine'] = cosine * defined_f
+    out['cosine_defined'] = defined_f
+    out['joint_hist'] = cell * defined_f
     return out
 
   return fn
@@ -81,17 +112,35 @@ def summarize(metrics: Mapping[str, float]) -> dict[str, float]:
     return {}
   mean = metrics[PREFIX + 'update_norm'] / n
   var = max(metrics[PREFIX + 'update_norm_sq'] / n - mean**2, 0.0)
-  counts = np.array(
-    [
-      metrics.get(f'{PREFIX}norm_hist_{i:02d}', 0.0)
-      for i in range(len(EDGES) + 1)
-    ]
-  )
+  counts = np.asarray(metrics.get(PREFIX + 'norm_hist', np.zeros(1)))
   out = {
     'update_norm_mean': mean,
     'update_norm_std': float(np.sqrt(var)),
     'fraction_clipped': metrics[PREFIX + 'clipped'] / n,
   }
-  for q in (0.1, 0.5, 0.9):
-    out[f'update_norm_q{int(q * 100):02d}'] = _quantile(counts, q)
+  if counts.size == len(EDGES) + 1:
+    for q in (0.1, 0.5, 0.9):
+      out[f'update_norm_q{int(q * 100):02d}'] = _quantile(counts, q)
+  defined = metrics.get(PREFIX + 'cosine_defined')
+  if defined:
+    out['update_cosine_mean'] = metrics[PREFIX + 'cosine'] / defined
+  return {k: float(v) for k, v in out.items()}
+
+
+def histograms(metrics: Mapping[str, object]) -> dict[str, object]:
+  """The round's histograms, sparse: {name: {index: count}} (JSON-ready).
+
+  `norm_hist` is indexed by norm bucket; `joint_hist` by
+  'normbucket,cosinebucket'. Bucket edges: `EDGES` and `ANGLE_BUCKETS`.
+  """
+  out = {}
+  for name in ('norm_hist', 'joint_hist'):
+    value = metrics.get(PREFIX + name)
+    if value is None:
+      continue
+    arr = np.asarray(value)
+    nz = np.argwhere(arr > 0)
+    out[name] = {
+      ','.join(str(int(i)) for i in idx): float(arr[tuple(idx)]) for idx in nz
+    }
   return out
