@@ -25,6 +25,7 @@ from tff_dp.client_works import blur
 from tff_dp.client_works import diagnostics
 from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
+from tff_dp.client_works import model_clip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,3 +568,38 @@ def _low_rank_method(name: str) -> Method:
 
 register(_low_rank_method('cmp_fed'))
 register(_low_rank_method('uv_fed'))
+
+
+register(
+  Method(
+    name='model_clip',
+    description=(
+      'Model clipping (seed 003): each client clips its trained model to '
+      '--clip; the server averages the clipped models (no noise; keep the '
+      'server lr 1 and no server momentum).'
+    ),
+    private=False,
+    build_aggregator=lambda p: tff.aggregators.UnweightedMeanFactory(),
+    upload_bytes=_dense_upload,
+    build_client_work=lambda p, model_fn, opt: (
+      model_clip.build_model_clip_client_work(
+        model_fn, opt, clip=p.clip, extra_metrics_fn=client_metrics_fn(p)
+      )
+    ),
+  )
+)
+
+register(
+  Method(
+    name='ce_fedavg',
+    description=(
+      'CE-FedAvg (seed 003): update-difference clipping to --clip, uniform '
+      'mean over participants, no noise.'
+    ),
+    private=False,
+    build_aggregator=lambda p: tff.aggregators.clipping_factory(
+      p.clip, tff.aggregators.UnweightedMeanFactory()
+    ),
+    upload_bytes=_dense_upload,
+  )
+)

@@ -11,6 +11,7 @@ Rerunning the same command after an interruption resumes from the last
 checkpoint in --root_output_dir (ledger included).
 """
 
+import dataclasses
 import os
 import sys
 
@@ -215,6 +216,16 @@ _DIAGNOSTICS = flags.DEFINE_boolean(
   'Log the pre-clip distribution of client update norms (mean, std, '
   'quantiles, fraction clipped; not DP: a simulation diagnostic).',
 )
+_CLIP_PROBE = flags.DEFINE_integer(
+  'clip_from_fedavg_rounds',
+  0,
+  'If > 0: set --clip to --clip_fraction of the average update norm of '
+  'this many rounds of non-private FedAvg first (seed 003; a tuning step '
+  'outside the privacy ledger).',
+)
+_CLIP_FRACTION = flags.DEFINE_float(
+  'clip_fraction', 0.5, 'Fraction of the FedAvg update norm, in (0, 1].'
+)
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
   None,
@@ -303,9 +314,25 @@ def main(argv):
   try:
     config = config_from_flags()
     config.validate()
+    if _CLIP_PROBE.value < 0:
+      raise ValueError(
+        f'clip_from_fedavg_rounds must be >= 0. Found {_CLIP_PROBE.value!r}.'
+      )
     training.check_output_dir(config.output_dir)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  if _CLIP_PROBE.value:
+    try:
+      clip = training.clip_from_fedavg(
+        config, _CLIP_PROBE.value, _CLIP_FRACTION.value
+      )
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
+    print(
+      f'clip = {_CLIP_FRACTION.value:g} x FedAvg mean update norm over '
+      f'{_CLIP_PROBE.value} rounds = {clip:.6g}'
+    )
+    config = dataclasses.replace(config, clip=clip)
   summary = training.run_experiment(config)
   final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
   eps = ''

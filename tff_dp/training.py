@@ -564,6 +564,7 @@ def run_experiment(
   config: ExperimentConfig,
   *,
   round_callback: Optional[Callable[[int], None]] = None,
+  rows_out: Optional[list] = None,
 ) -> dict[str, Any]:
   """Runs (or resumes) a federated training job; returns the summary.
 
@@ -571,6 +572,7 @@ def run_experiment(
     config: The run's configuration.
     round_callback: Called with the round number after each round's results
       and checkpoint are written (tests use it to interrupt a run).
+    rows_out: If given, the per-round result rows are appended to it.
 
   Raises:
     ValueError: On an invalid config or output directory, before training.
@@ -709,6 +711,8 @@ def run_experiment(
       round_callback(round_num)
 
   prefetcher.shutdown(wait=True)
+  if rows_out is not None:
+    rows_out.extend(rows)
   final = rows[-1] if rows else {}
   summary = {
     'config': config.to_dict(),
@@ -772,3 +776,38 @@ def _check_same_config(
       f'{output_dir} holds a run with different flags ({", ".join(diff)}); '
       'rerun the same command to resume, or choose a new root_output_dir.'
     )
+
+
+def clip_from_fedavg(
+  config: ExperimentConfig, rounds: int = 3, fraction: float = 0.5
+) -> float:
+  """Seed 003's clip: `fraction` of FedAvg's average unclipped update norm.
+
+  Runs `rounds` rounds of non-private FedAvg with `config`'s task, data,
+  sampling and local training (no output directory) and returns `fraction`
+  times the mean over rounds of the cohort's mean update norm. Like the
+  paper's choice it looks at the clients' data outside the privacy ledger:
+  a tuning step, not a private one.
+
+  Raises:
+    ValueError: If rounds < 1 or fraction is not in (0, 1].
+  """
+  _check_int('rounds', rounds, 1)
+  if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+    raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
+  probe = dataclasses.replace(
+    config,
+    method='fedavg',
+    rounds=rounds,
+    eval_every=rounds,
+    output_dir=None,
+    update_diagnostics=True,
+    noise_multiplier=None,
+    target_epsilon=None,
+  )
+  rows = []
+  run_experiment(probe, rows_out=rows)
+  norms = [r['update_norm_mean'] for r in rows if 'update_norm_mean' in r]
+  if not norms:
+    raise RuntimeError('The FedAvg probe reported no update norms.')
+  return float(fraction * np.mean(norms))
