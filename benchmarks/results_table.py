@@ -68,6 +68,8 @@ def update(
     cells = []
     for c in columns:
       v = r.get(c, '')
+      if v is None:
+        v = ''
       if isinstance(v, float):
         v = f'{v:.4g}'
       if c == 'command':

@@ -800,7 +800,12 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
     'paper AUROC': paper.get('auroc', ''),
     'paper KB down / up': paper.get('kb', ''),
     'paper epsilon': paper.get('eps', ''),
-    'clip': values.get('clip', 1.0),
+    # The clip in force (non-private methods other than CE-FedAvg and model
+    # clipping do not clip).
+    'clip': values.get('clip', 1.0)
+    if result['epsilon RDP'] is not None
+    or values.get('method') in ('ce_fedavg', 'model_clip')
+    else '',
     'seed': values.get('seed', 0),
     'date': results_table.today(),
     'wall s': round(wall, 1) if wall is not None else '',
