@@ -39,6 +39,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
+from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
 from tff_dp import methods as methods_lib
@@ -539,6 +540,10 @@ def prepare(config: ExperimentConfig) -> Prepared:
     config.client_lr, momentum=config.client_momentum or None
   )
   client_model_fn = task.client_model_fn(config.device or None)
+  aggregator = method.build_aggregator(params)
+  if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    # NaN/Inf client updates become zeros (norm 0) and are counted.
+    aggregator = finite_guard.FiniteGuardFactory(aggregator)
   client_work = None
   if method.build_client_work is not None:
     client_work = method.build_client_work(
@@ -550,7 +555,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     server_optimizer=tff.learning.optimizers.build_sgdm(
       config.server_lr, momentum=config.server_momentum or None
     ),
-    model_aggregator=method.build_aggregator(params),
+    model_aggregator=aggregator,
     client_model_fn=client_model_fn,
     client_work=client_work,
     client_metrics_fn=methods_lib.client_angle_metrics_fn(params),
@@ -684,6 +689,8 @@ def run_experiment(
     extra = output.metrics.get('client_work', {}).get('extra', {})
     vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
     row.update(diagnostics.summarize({**metrics, **vectors}))
+    if 'aggregator/non_finite_clients' in metrics:
+      row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
     hists = diagnostics.histograms(vectors)
     if hists and output_dir is not None:
       with open(output_dir / DIAGNOSTICS_FILE, 'a') as f:
