@@ -32,7 +32,8 @@ merges them exactly: one Gaussian of multiplier z / sqrt(2)).
 **UV-Fed** (the seed's non-private variant): the same two phases with no
 clipping and no noise, means over the participants.
 
-Measurements: `u` and `v`, the inner aggregators' (clip, noise).
+Measurements: `u` and `v`, the inner aggregators'; `mean_norms` (u_norm,
+v_norm): the L2 norms of the two phases' (noisy) means.
 """
 
 import collections
@@ -179,6 +180,13 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     def orthogonalize(u):
       return [tf.linalg.qr(ui)[0] for ui in u[:num_m]]
 
+    @tff.tensorflow.computation(u_type, v_type)
+    def norms(u, v):
+      return collections.OrderedDict(
+        u_norm=tf.linalg.global_norm(tf.nest.flatten(u)),
+        v_norm=tf.linalg.global_norm(tf.nest.flatten(v)),
+      )
+
     u_hat_type = orthogonalize.type_signature.result
 
     @tff.tensorflow.computation(value_type, u_hat_type)
@@ -231,7 +239,11 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
         )
       )
       measurements = tff.federated_zip(
-        collections.OrderedDict(u=u_out.measurements, v=v_out.measurements)
+        collections.OrderedDict(
+          u=u_out.measurements,
+          v=v_out.measurements,
+          mean_norms=tff.federated_map(norms, (u_out.result, v_out.result)),
+        )
       )
       return tff.templates.MeasuredProcessOutput(
         new_state, result, measurements

@@ -11,6 +11,14 @@ nested under `inner`). The count is a cohort sum of a per-client bit and,
 like the update diagnostics, not differentially private (it is 0 in a
 healthy run). `tff_dp`'s client works already zero non-finite updates;
 this makes every DP aggregator safe on its own.
+
+Finite values can still overflow a float32 norm: (1e20)^2 is inf, and
+`tf.clip_by_global_norm` then returns NaNs (as its documentation says), so
+one huge client update would poison DP-FedAvg's sum. The guard therefore
+also rescales any value whose norm (computed in float64) exceeds
+`MAX_NORM` = 1e18 to exactly that norm, keeping its direction: for any
+clip below 1e18 the clipped contribution is unchanged (the direction
+times the clip), and the sensitivity the ledger assumes holds.
 """
 
 import collections
@@ -18,6 +26,8 @@ import collections
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+MAX_NORM = 1e18
 
 
 class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -41,8 +51,23 @@ class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
         [tf.reduce_all(tf.math.is_finite(t)) for t in flat]
       )
       zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
+      norm = tf.sqrt(
+        tf.add_n(
+          [tf.reduce_sum(tf.square(tf.cast(t, tf.float64))) for t in zeroed]
+        )
+      )
+      scale = tf.minimum(
+        tf.constant(1.0, tf.float64),
+        MAX_NORM / tf.maximum(norm, tf.constant(1e-300, tf.float64)),
+      )
+      bounded = [
+        tf.where(
+          scale < 1.0, tf.cast(tf.cast(t, tf.float64) * scale, t.dtype), t
+        )
+        for t in zeroed
+      ]
       return (
-        tf.nest.pack_sequence_as(value, zeroed),
+        tf.nest.pack_sequence_as(value, bounded),
         tf.cast(tf.logical_not(finite), tf.int32),
       )
 

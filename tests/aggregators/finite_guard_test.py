@@ -33,3 +33,15 @@ def test_non_finite_clients_are_zeroed_and_counted(bad):
 def test_rejects_a_weighted_inner():
   with pytest.raises(TypeError, match='UnweightedAggregationFactory'):
     finite_guard.FiniteGuardFactory(tff.aggregators.MeanFactory())
+
+
+def test_overflowing_norm_is_bounded_not_nan():
+  # ||(1e20, 0, 0)|| overflows float32: TF's clip_by_global_norm alone
+  # would return NaNs. Behind the guard the client counts as clipped.
+  factory = finite_guard.FiniteGuardFactory(
+    dp_fedavg.gaussian_fixed(0.0, 1, 1.0)
+  )
+  process = factory.create(tff.TensorType(np.float32, [3]))
+  out = process.next(process.initialize(), [np.array([1e20, 0, 0], 'f')])
+  np.testing.assert_allclose(out.result, [1.0, 0, 0], atol=1e-6)
+  assert out.measurements['non_finite_clients'] == 0
