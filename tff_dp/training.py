@@ -343,6 +343,29 @@ def _flatten(prefix: str, value, out: dict) -> None:
     out[prefix] = float(value)
 
 
+async def load_latest_readable(manager, structure):
+  """`(state, version)` of the newest checkpoint that loads, or `(None, 0)`.
+
+  A checkpoint that fails to load (truncated or corrupt files) is logged,
+  renamed to `corrupt_<name>` (so its version can be written again) and
+  skipped for the one before it.
+  """
+  versions = await manager.get_versions() or []
+  for version in sorted(versions, reverse=True):
+    try:
+      return await manager.load(version, structure), version
+    except Exception as e:  # pylint: disable=broad-except
+      path = pathlib.Path(manager._get_path_for_version(version))  # pylint: disable=protected-access
+      logging.warning(
+        'Checkpoint %s is unreadable (%s: %s); trying the previous one.',
+        path,
+        type(e).__name__,
+        e,
+      )
+      path.rename(path.with_name(f'corrupt_{path.name}'))
+  return None, 0
+
+
 def _truncate_diagnostics(path: pathlib.Path, last_round: int) -> None:
   """Drops histogram lines of rounds after the restored checkpoint."""
   if not path.exists():
@@ -603,10 +626,17 @@ def run_experiment(
   start_round = 1
   manager = None
   if output_dir is not None:
+    # The two latest checkpoints: if the newest is unreadable (a crash while
+    # writing it), the previous one is used.
     manager = tff.program.FileProgramStateManager(
-      str(output_dir / 'checkpoints'), prefix=CHECKPOINT_PREFIX, keep_total=2
+      str(output_dir / 'checkpoints'),
+      prefix=CHECKPOINT_PREFIX,
+      keep_total=2,
+      keep_first=False,
     )
-    restored, version = asyncio.run(manager.load_latest((state, np.str_(''))))
+    restored, version = asyncio.run(
+      load_latest_readable(manager, (state, np.str_('')))
+    )
     if restored is not None and version > 0:
       state, runner_json = restored
       runner = _RunnerState.from_json(runner_json)

@@ -246,3 +246,73 @@ def test_binary_end_to_end_and_bad_flag(tmp_path):
   )
   assert bad.returncode != 0
   assert 'client_sampling_rate must be in (0, 1]. Found 2.0' in bad.stderr
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path):
+  config = _config(tmp_path, 'run', rounds=3)
+  training.run_experiment(config)
+  before = _final_weights(tmp_path / 'run')
+  rows_before = _rows(tmp_path / 'run' / 'metrics.csv')
+  ckpt = tmp_path / 'run' / 'checkpoints'
+  assert sorted(p.name for p in ckpt.iterdir()) == ['round_2', 'round_3']
+  pb = ckpt / 'round_3' / 'saved_model.pb'
+  pb.write_bytes(pb.read_bytes()[:100])  # Truncated: a crash mid-write.
+  summary = training.run_experiment(config)  # Resumes from round 2.
+  assert summary['rounds_completed'] == 3
+  assert (ckpt / 'corrupt_round_3').is_dir()
+  after = _final_weights(tmp_path / 'run')
+  for k in before:
+    np.testing.assert_array_equal(before[k], after[k])
+  rows_after = _rows(tmp_path / 'run' / 'metrics.csv')
+  assert [r['train_loss'] for r in rows_after] == [
+    r['train_loss'] for r in rows_before
+  ]
+
+
+def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  args = [
+    sys.executable,
+    '-m',
+    'tff_dp.run',
+    '--task=heart_disease',
+    '--method=dp_fedavg',
+    '--rounds=6',
+    '--client_sampling_rate=0.75',
+    '--noise_multiplier=0.5',
+    '--delta=1e-3',
+    '--batch_size=32',
+    '--checkpoint_every=1',
+  ]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  full = tmp_path / 'full'
+  subprocess.run(
+    args + [f'--root_output_dir={full}'], env=env, check=True, timeout=400
+  )
+  killed = tmp_path / 'killed'
+  proc = subprocess.Popen(
+    args + [f'--root_output_dir={killed}'],
+    env=env,
+    start_new_session=True,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  deadline = time.time() + 300
+  while not (killed / 'checkpoints' / 'round_3').exists():
+    assert proc.poll() is None and time.time() < deadline
+    time.sleep(0.2)
+  os.killpg(proc.pid, signal.SIGKILL)  # The binary and its worker_binary.
+  proc.wait(timeout=60)
+  assert not (killed / 'summary.json').exists()
+  subprocess.run(
+    args + [f'--root_output_dir={killed}'], env=env, check=True, timeout=400
+  )
+  wa, wb = _final_weights(full), _final_weights(killed)
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+  a = json.loads((full / 'summary.json').read_text())
+  b = json.loads((killed / 'summary.json').read_text())
+  assert a['epsilon_rdp'] == b['epsilon_rdp']
+  assert a['bytes_up_total'] == b['bytes_up_total']
