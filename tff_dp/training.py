@@ -672,20 +672,25 @@ def run_experiment(
   # checkpoint is the one before that draw, so a resumed run draws the same.
   prefetcher = concurrent.futures.ThreadPoolExecutor(1)
 
+  empty = {c for c, n in zip(client_ids, cd.client_sizes()) if int(n) == 0}
+
   def draw():
     rng_state = rng.bit_generator.state
-    ids = sample_clients(sampling, client_ids, rng)
+    sampled = sample_clients(sampling, client_ids, rng)
     seed = int(rng.integers(2**31 - 1))
+    # A sampled client without data contributes nothing: skipped, counted.
+    ids = [c for c in sampled if c not in empty]
     return (
       rng_state,
       ids,
       prefetcher.submit(prepared.round_data, config, ids, seed),
+      len(sampled) - len(ids),
     )
 
   upcoming = draw() if start_round <= config.rounds else None
   for round_num in range(start_round, config.rounds + 1):
     t0 = time.perf_counter()
-    _, ids, data_future = upcoming
+    _, ids, data_future, num_empty = upcoming
     data = data_future.result()
     upcoming = draw() if round_num < config.rounds else None
     rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
@@ -698,6 +703,7 @@ def run_experiment(
     row = {
       'round': round_num,
       'sampled_clients': len(ids),
+      'empty_clients_skipped': num_empty,
       'train_loss': metrics.get('client_work/train/loss', float('nan')),
       'bytes_down_per_client': cost.down,
       'bytes_up_per_client': cost.up,

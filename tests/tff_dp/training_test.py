@@ -316,3 +316,48 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
   b = json.loads((killed / 'summary.json').read_text())
   assert a['epsilon_rdp'] == b['epsilon_rdp']
   assert a['bytes_up_total'] == b['bytes_up_total']
+
+
+def test_empty_clients_are_skipped_and_counted(tmp_path, monkeypatch):
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
+  from tff_dp import tasks  # pylint: disable=g-import-not-at-top
+  from tff_dp.tasks import client_data  # pylint: disable=g-import-not-at-top
+
+  heart = tasks.load_task('heart_disease')
+  cd = heart.train_data
+  xs, ys = zip(*(cd.client_arrays(c) for c in cd.client_ids))
+  x, y = np.concatenate(xs), np.concatenate(ys)
+  parts, start = [], 0
+  for a in xs:
+    parts.append(np.arange(start, start + len(a)))
+    start += len(a)
+  parts.append(np.arange(0))  # A client without data.
+  data = client_data.ArrayClientData(
+    x,
+    y,
+    parts,
+    client_ids=list(cd.client_ids) + ['empty'],
+    element_fn=client_data.float_features,
+  )
+  monkeypatch.setitem(
+    tasks.TASKS,
+    'heart_with_empty',
+    lambda data_dir=None, **kw: dataclasses.replace(
+      heart, name='heart_with_empty', train_data=data
+    ),
+  )
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'run',
+      task='heart_with_empty',
+      rounds=2,
+      client_sampling_rate=None,
+      clients_per_round=5,
+    )
+  )
+  rows = _rows(tmp_path / 'run' / 'metrics.csv')
+  assert [int(r['empty_clients_skipped']) for r in rows] == [1, 1]
+  assert [int(r['sampled_clients']) for r in rows] == [4, 4]
+  assert np.isfinite(summary['final']['test_loss'])
