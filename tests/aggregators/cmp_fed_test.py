@@ -161,3 +161,27 @@ def test_runner_methods(tmp_path, method):
   assert event == dp_accounting.PoissonSampledDpEvent(
     1.0, dp_accounting.GaussianDpEvent(pytest.approx(1 / np.sqrt(2)))
   )
+
+
+def test_noise_stddev_of_both_phases():
+  z, c1, c2, n = 2.0, 0.5, 0.25, 4
+  big = tff.StructWithPythonType(
+    [tff.TensorType(np.float32, [60, 40]), tff.TensorType(np.float32, [40])],
+    list,
+  )
+  process = cmp_fed.cmp_fed(
+    8, noise_multiplier=z, clients_per_round=n, clip_u=c1, clip_v=c2
+  ).create(big)
+  state = process.initialize()
+  zero = [np.zeros((60, 40), np.float32), np.zeros(40, np.float32)]
+  u, v = [], []
+  for _ in range(4):
+    out = process.next(state, [zero, zero])
+    state = out.state
+    u.append(out.measurements['mean_norms']['u_norm'])
+    v.append(out.measurements['mean_norms']['v_norm'])
+  # Means of N(0, (z C / n)^2) entries: U is 60x8 + 40, V is 40x8.
+  per_u = np.sqrt(np.mean(np.square(u)) / (60 * 8 + 40))
+  per_v = np.sqrt(np.mean(np.square(v)) / (40 * 8))
+  assert per_u == pytest.approx(z * c1 / n, rel=0.06)
+  assert per_v == pytest.approx(z * c2 / n, rel=0.06)

@@ -226,3 +226,28 @@ def test_runner_methods(tmp_path, method):
   assert event == dp_accounting.PoissonSampledDpEvent(
     1.0, dp_accounting.GaussianDpEvent(pytest.approx(z))
   )
+
+
+def test_dpsfl_ac_bit_noise_stddev():
+  # Zero updates: every bit is 1 (no clipping impact), so p_hat - 1 is the
+  # bit sum's noise over the expected clients: N(0, (sigma_b / n)^2).
+  sigma_b, n = 3.0, 5
+  process = dpsfl.dpsfl_ac(
+    3,
+    20,
+    2,
+    noise_multiplier=0.0,
+    clients_per_round=n,
+    initial_clip=1.0,
+    adaptive=dpsfl.AdaptiveClip(
+      bit_noise_multiplier=sigma_b, learning_rate=1e-9
+    ),
+  ).create(TYPE)
+  state = process.initialize()
+  draws = []
+  for _ in range(60):
+    out = process.next(state, [_value({})] * n)
+    state = out.state
+    draws.append(out.measurements['unclipped_probability'] - 1.0)
+  assert np.std(draws) == pytest.approx(sigma_b / n, rel=0.25)
+  assert abs(np.mean(draws)) < 3 * sigma_b / n / np.sqrt(60)
