@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 1500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test lint format bench bench-speed bench-methods bench-load bench-centralized study clean
+.PHONY: install run test lint format bench bench-speed bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP)
 
@@ -49,7 +49,7 @@ test: $(STAMP) lint
 # Benchmarks write markdown tables (and their JSON rows) to
 # benchmarks/results/. METHOD selects our method for the round-speed run.
 METHOD ?= dp_fedavg
-bench: bench-speed bench-methods bench-load bench-centralized
+bench: bench-speed bench-methods bench-audit bench-load bench-centralized
 
 bench-speed: $(STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)
@@ -57,6 +57,10 @@ bench-speed: $(STAMP)
 # Every technique's round against DP-FedAvg's, measured in the same run.
 bench-methods: $(STAMP)
 	$(PY) -m benchmarks.method_cost
+
+# One-shot canary audit of every DP aggregator against its ledger epsilon.
+bench-audit: $(STAMP)
+	$(PY) -m benchmarks.privacy_audit
 
 # Paper-table studies (long: minutes to an hour each on 2 cores); results in
 # benchmarks/results/<study>.md. STUDY=seed004_fashion, seed004_medical,

@@ -74,18 +74,20 @@ def audit_aggregator(
   canary_norm: float,
   delta: float,
   seed: int = 0,
+  shape=None,
 ) -> AuditResult:
   """Runs `rounds` of `factory` on canaries only; estimates epsilon.
 
   Args:
-    factory: An unweighted aggregator over float32 vectors of size `dim`.
-    dim: The vector size (canary directions are nearly orthogonal when
-      dim >> num_canaries).
+    factory: An unweighted aggregator over float32 tensors of `shape`.
+    dim: The number of scalars (canary directions are nearly orthogonal
+      when dim >> num_canaries).
     num_canaries: k >= 2 canaries (and k null directions).
     rounds: Rounds, >= 1; every canary takes part in each.
     canary_norm: The canaries' norm (at or above the clip).
     delta: The delta of the estimate.
     seed: Seeds the directions.
+    shape: The tensor shape (default `[dim]`), e.g. a matrix for CMP-Fed.
   """
   for name, value, low in (
     ('dim', dim, 1),
@@ -98,14 +100,19 @@ def audit_aggregator(
   directions = rng.standard_normal((2 * num_canaries, dim))
   directions /= np.linalg.norm(directions, axis=1, keepdims=True)
   canaries, null = directions[:num_canaries], directions[num_canaries:]
-  process = factory.create(tff.TensorType(np.float32, [dim]))
+  shape = list(shape) if shape is not None else [dim]
+  if int(np.prod(shape)) != dim:
+    raise ValueError(f'shape {shape} must hold dim={dim} scalars.')
+  process = factory.create(tff.TensorType(np.float32, shape))
   state = process.initialize()
   total = np.zeros(dim)
-  values = [(canary_norm * u).astype(np.float32) for u in canaries]
+  values = [
+    (canary_norm * u).astype(np.float32).reshape(shape) for u in canaries
+  ]
   for _ in range(rounds):
     out = process.next(state, values)
     state = out.state
-    total += np.asarray(out.result, np.float64)
+    total += np.asarray(out.result, np.float64).ravel()
   observed = canaries @ total
   nulls = null @ total
   null_std = float(np.std(nulls, ddof=1))
