@@ -186,6 +186,23 @@ class ExperimentConfig:
       raise ValueError(
         f'top_k_ratio must be in (0, 1]. Found {self.top_k_ratio!r}.'
       )
+    for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
+      _check_int(name, getattr(self, name), 1)
+    if not 0 <= self.sketch_momentum < 1:
+      raise ValueError(
+        f'sketch_momentum must be in [0, 1). Found {self.sketch_momentum!r}.'
+      )
+    if not 0 < self.dpsfl_target_probability < 1:
+      raise ValueError(
+        'dpsfl_target_probability must be in (0, 1). Found '
+        f'{self.dpsfl_target_probability!r}.'
+      )
+    for name in ('dpsfl_impact_threshold', 'dpsfl_clip_lr'):
+      _check_float(name, getattr(self, name), positive=True)
+    _check_float('dpsfl_bit_noise', self.dpsfl_bit_noise, positive=False)
+    for name in ('cmp_clip_u', 'cmp_clip_v'):
+      if getattr(self, name) is not None:
+        _check_float(name, getattr(self, name), positive=True)
     method = methods_lib.METHODS[self.method]
     method.preflight()
     if (

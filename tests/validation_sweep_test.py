@@ -1,0 +1,120 @@
+"""Every public factory, builder and config field rejects bad values.
+
+One table: (what is called, the bad value, the message it must give). Each
+message names the parameter and its allowed range, and the call fails at
+once (before any TFF computation or data is built).
+"""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_dp import audit
+from tff_dp import training
+from tff_dp.aggregators import cmp_fed
+from tff_dp.aggregators import count_sketch
+from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_randagg
+from tff_dp.aggregators import dpsfl
+from tff_dp.client_works import blur
+from tff_dp.client_works import diagnostics
+from tff_dp.client_works import fl_top
+from tff_dp.client_works import lus
+from tff_dp.client_works import model_clip
+from tff_dp.tasks import partition
+
+
+def _config(**kw):
+  base = dict(task='heart_disease', method='dp_fedavg', noise_multiplier=1.0)
+  base.update(kw)
+  return training.ExperimentConfig(**base).validate()
+
+
+_OPT = tff.learning.optimizers.build_sgdm(0.1)
+CASES = [
+  # Aggregators.
+  (lambda: dp_fedavg.gaussian_fixed(-1.0, 10, 1.0), 'noise_multiplier'),
+  (lambda: dp_fedavg.gaussian_fixed(1.0, 0, 1.0), 'clients_per_round'),
+  (lambda: dp_fedavg.gaussian_fixed(1.0, 10, 0.0), 'clip'),
+  (
+    lambda: dp_fedavg.gaussian_adaptive(
+      1.0, 10, initial_clip=1.0, target_unclipped_quantile=1.5
+    ),
+    'target_unclipped_quantile',
+  ),
+  (lambda: ddgauss.ddgauss_mean(1.0, 10, 1.0, bits=0), 'bits'),
+  (
+    lambda: dp_randagg.DPRandAggFactory(1.0, 10, 1.0, fraction=0.0),
+    r'fraction must be in \(0, 1\]',
+  ),
+  (lambda: count_sketch.CountSketch(0, 10, 10), 'rows must be'),
+  (lambda: count_sketch.CountSketch(3, 0, 10), 'columns must be'),
+  (
+    lambda: dpsfl.SketchAggregatorFactory(rows=3, columns=10, k=0),
+    'k must be',
+  ),
+  (
+    lambda: dpsfl.SketchAggregatorFactory(
+      rows=3, columns=10, k=2, momentum=1.5
+    ),
+    r'momentum must be in \[0, 1\)',
+  ),
+  (
+    lambda: dpsfl.AdaptiveClip(target_probability=0.0).check(),
+    r'target_probability must be in \(0, 1\)',
+  ),
+  (
+    lambda: dpsfl.AdaptiveClip(bit_noise_multiplier=-1.0).check(),
+    'bit_noise_multiplier must be >= 0',
+  ),
+  (lambda: cmp_fed.CMPFedFactory(0), 'rank must be'),
+  (
+    lambda: cmp_fed.cmp_fed(
+      2, noise_multiplier=1.0, clients_per_round=5, clip_u=1.0, clip_v=0.0
+    ),
+    r'clip_v \(C2\) must be > 0',
+  ),
+  # Client works.
+  (lambda: blur.blur_penalty(-0.1, 1.0), 'lam'),
+  (lambda: blur.blur_penalty(0.1, 0.0), r'clip_norm \(S\)'),
+  (lambda: lus.check_sparsity(1.0), 'sparsity'),
+  (lambda: fl_top.check_ratio(0.0), r'top_k_ratio must be in \(0, 1\]'),
+  (lambda: model_clip.check_clip(-1.0), 'clip must be > 0'),
+  (lambda: diagnostics.update_norm_metrics(0.0), 'clip must be > 0'),
+  # Partitions and audit.
+  (
+    lambda: partition.dirichlet_partition(np.zeros(10, int), 2, 0.0, seed=0),
+    'alpha must be',
+  ),
+  (lambda: audit.gdp_epsilon(1.0, 1.5), r'delta must be in \(0, 1\)'),
+  # Config fields (flags), checked before data is loaded.
+  (lambda: _config(rounds=0), 'rounds must be'),
+  (lambda: _config(client_sampling_rate=1.5), 'client_sampling_rate'),
+  (lambda: _config(clip=-1.0), 'clip must be'),
+  (lambda: _config(delta=2.0), r'delta must be in \(0, 1\)'),
+  (lambda: _config(client_momentum=1.0), 'client_momentum'),
+  (lambda: _config(lus_sparsity=1.0), 'lus_sparsity'),
+  (lambda: _config(top_k_ratio=0.0), 'top_k_ratio'),
+  (lambda: _config(randagg_fraction=2.0), 'randagg_fraction'),
+  (lambda: _config(blur_lambda=-1.0), 'blur_lambda'),
+  (lambda: _config(sketch_rows=0), 'sketch_rows must be'),
+  (lambda: _config(sketch_k=0), 'sketch_k must be'),
+  (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
+  (lambda: _config(dpsfl_target_probability=1.0), 'dpsfl_target_probability'),
+  (lambda: _config(dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
+  (lambda: _config(cmp_rank=0), 'cmp_rank must be'),
+  (lambda: _config(cmp_clip_u=0.0), 'cmp_clip_u must be'),
+  (lambda: _config(accountant='moments'), 'accountant'),
+  (lambda: _config(method='nope'), 'Unknown method'),
+  (lambda: _config(task='nope'), 'Unknown task'),
+]
+
+
+@pytest.mark.parametrize('call, match', CASES)
+def test_rejects_with_a_clear_message(call, match):
+  with pytest.raises(ValueError, match=match) as info:
+    call()
+  message = str(info.value)
+  # Names the parameter and shows the bad value or the allowed choices.
+  assert 'Found' in message or 'choose' in message or 'must' in message
