@@ -47,29 +47,35 @@ class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation(value_type)
     def zero_if_non_finite(value):
       flat = tf.nest.flatten(value)
-      finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(t)) for t in flat]
-      )
-      zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
-      norm = tf.sqrt(
-        tf.add_n(
-          [tf.reduce_sum(tf.square(tf.cast(t, tf.float64))) for t in zeroed]
+      # One float32 pass decides: a NaN/Inf value or an overflowing norm
+      # makes it non-finite (or > MAX_NORM); only then the slow path runs.
+      norm32 = tf.linalg.global_norm([tf.cast(t, tf.float32) for t in flat])
+      ok = tf.logical_and(tf.math.is_finite(norm32), norm32 <= MAX_NORM)
+
+      def slow():
+        finite = tf.reduce_all(
+          [tf.reduce_all(tf.math.is_finite(t)) for t in flat]
         )
-      )
-      scale = tf.minimum(
-        tf.constant(1.0, tf.float64),
-        MAX_NORM / tf.maximum(norm, tf.constant(1e-300, tf.float64)),
-      )
-      bounded = [
-        tf.where(
-          scale < 1.0, tf.cast(tf.cast(t, tf.float64) * scale, t.dtype), t
+        zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
+        norm = tf.sqrt(
+          tf.add_n(
+            [tf.reduce_sum(tf.square(tf.cast(t, tf.float64))) for t in zeroed]
+          )
         )
-        for t in zeroed
-      ]
-      return (
-        tf.nest.pack_sequence_as(value, bounded),
-        tf.cast(tf.logical_not(finite), tf.int32),
-      )
+        scale = tf.minimum(
+          tf.constant(1.0, tf.float64),
+          MAX_NORM / tf.maximum(norm, tf.constant(1e-300, tf.float64)),
+        )
+        bounded = [
+          tf.cast(tf.cast(t, tf.float64) * scale, t.dtype) for t in zeroed
+        ]
+        return bounded, tf.cast(tf.logical_not(finite), tf.int32)
+
+      def fast():
+        return [tf.identity(t) for t in flat], tf.constant(0, tf.int32)
+
+      out, bad = tf.cond(ok, fast, slow)
+      return tf.nest.pack_sequence_as(value, out), bad
 
     meas_type = inner.next.type_signature.result.measurements.member
     names = (
