@@ -1,0 +1,233 @@
+"""Running a round's clients across TFF `worker_binary` processes.
+
+TFF's wheel ships the C++ `worker_binary` (a gRPC executor service). This
+module starts local ones (`start_local_workers`, for one machine's core
+groups or tests) and builds an execution context over any list of
+`host:port` workers with TFF's own runtime: one remote C++ context per
+worker (`RemoteExecutor` over gRPC) inside TFF's mergeable-computation
+context (`tff.backends.native.create_mergeable_comp_execution_context`),
+which splits each round's clients into one sub-round per worker and merges
+the partial aggregates.
+
+Secure sum: the computation is first lowered with TFF's test-backend
+compiler (`replace_secure_intrinsics_with_bodies`), which simulates the
+secure-sum intrinsics with their plain-sum bodies (as the single-process
+test context does), and then compiled to mergeable form.
+
+The mergeable form needs exactly one aggregation per round (it splits on
+it). CMP-Fed's two dependent phases (a broadcast that depends on the first
+aggregate) cannot be expressed that way. When compiling a computation
+fails with TFF's ValueError, the computation runs whole on the first
+worker instead (logged once per computation): correct, not parallel.
+"""
+
+import atexit
+import os
+import signal
+import subprocess
+import time
+from typing import Optional, Sequence
+
+from absl import logging
+import grpc
+import portpicker
+from tensorflow_federated.python.core.backends.native import (
+  compiler as native_compiler,
+)
+from tensorflow_federated.python.core.backends.native import (
+  mergeable_comp_compiler,
+)
+from tensorflow_federated.python.core.backends.test import (
+  compiler as test_compiler,
+)
+from tensorflow_federated.python.core.environments.tensorflow_frontend import (
+  tensorflow_computation,
+)
+from tensorflow_federated.python.core.impl.context_stack import (
+  context_stack_impl,
+)
+from tensorflow_federated.python.core.impl.execution_contexts import (
+  async_execution_context,
+)
+from tensorflow_federated.python.core.impl.execution_contexts import (
+  mergeable_comp_execution_context,
+)
+from tensorflow_federated.python.core.impl.executor_stacks import (
+  python_executor_stacks,
+)
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import (
+  remote_executor_grpc_stub,
+)
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.impl.types import placements
+from tensorflow_federated.python.core.impl.types import type_conversions
+
+_GRPC_OPTIONS = [
+  ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
+  ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
+]
+
+
+def worker_binary_path() -> str:
+  import tensorflow_federated  # pylint: disable=g-import-not-at-top
+
+  path = os.path.join(
+    os.path.dirname(tensorflow_federated.__file__), 'data', 'worker_binary'
+  )
+  if not os.path.isfile(path):
+    raise RuntimeError(f'TFF worker_binary not found at {path}.')
+  return path
+
+
+def start_local_workers(
+  count: int,
+  *,
+  max_concurrent_computation_calls: int = 1,
+  intra_op_threads: int = 1,
+) -> list[tuple[subprocess.Popen, str]]:
+  """Starts `count` worker_binary processes on 127.0.0.1.
+
+  Returns `(process, 'host:port')` pairs; the processes are ended at exit
+  (and by `stop_workers`).
+  """
+  if not isinstance(count, int) or count < 1:
+    raise ValueError(f'count must be an integer >= 1. Found {count!r}.')
+  env = dict(os.environ)
+  if intra_op_threads > 0:
+    env['TF_NUM_INTRAOP_THREADS'] = str(intra_op_threads)
+  workers = []
+  for _ in range(count):
+    port = portpicker.pick_unused_port()
+    proc = subprocess.Popen(
+      [
+        worker_binary_path(),
+        f'--port={port}',
+        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}',
+      ],
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+      start_new_session=True,
+    )
+    workers.append((proc, f'127.0.0.1:{port}'))
+  atexit.register(stop_workers, [p for p, _ in workers])
+  return workers
+
+
+def stop_workers(processes: Sequence[subprocess.Popen]) -> None:
+  for p in processes:
+    if p.poll() is None:
+      os.killpg(p.pid, signal.SIGKILL)
+      p.wait()
+
+
+def _compile_for_worker(comp):
+  comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+  return native_compiler.desugar_and_transform_to_native(comp)
+
+
+def remote_async_context(
+  target: str, *, wait_seconds: float = 60.0
+) -> async_execution_context.AsyncExecutionContext:
+  """An async C++ context on the worker at `host:port`.
+
+  Raises:
+    RuntimeError: If the worker does not answer within `wait_seconds`.
+  """
+  channel = grpc.insecure_channel(target, _GRPC_OPTIONS)
+  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+  deadline = time.time() + wait_seconds
+  while not stub.is_ready:
+    if time.time() > deadline:
+      raise RuntimeError(
+        f'TFF worker at {target} did not answer within {wait_seconds:g} s: '
+        'is worker_binary running there (see the README, "Scale-out")?'
+      )
+    time.sleep(0.1)
+
+  def stack_fn(cardinalities):
+    cardinalities.setdefault(placements.CLIENTS, 0)
+    ex = remote_executor.RemoteExecutor(stub)
+    ex.set_cardinalities(cardinalities)
+    return ex
+
+  return async_execution_context.AsyncExecutionContext(
+    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn
+    ),
+    compiler_fn=_compile_for_worker,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
+  )
+
+
+class _SplittingOrWholeCompiler:
+  """Mergeable form when TFF can express it; else the whole computation."""
+
+  def __call__(self, comp):
+    lowered_comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+    try:
+      return mergeable_comp_compiler.compile_to_mergeable_comp_form(
+        lowered_comp
+      )
+    except (ValueError, TypeError) as e:
+      logging.info(
+        'Computation %s is not of mergeable form (%s); it runs on the first '
+        'worker.',
+        comp.type_signature,
+        e,
+      )
+      return comp
+
+
+class _DistributedContext(
+  mergeable_comp_execution_context.MergeableCompExecutionContext
+):
+  """Mergeable context that runs non-mergeable computations on worker 0."""
+
+  def __init__(self, contexts):
+    super().__init__(
+      async_contexts=contexts, compiler_fn=_SplittingOrWholeCompiler()
+    )
+    self._first = contexts[0]
+
+  def invoke(self, comp, arg=None):
+    compiled = self._compiler_pipeline.compile(comp)  # Cached per comp.
+    if isinstance(compiled, mergeable_comp_execution_context.MergeableCompForm):
+      result = super().invoke(comp, arg)
+      # The merged result comes back in plain containers; restore the
+      # computation's own (e.g. LearningProcessOutput, ModelWeights).
+      return type_conversions.type_to_py_container(
+        structure.from_container(result, recursive=True),
+        comp.type_signature.result,
+      )
+    return self._async_runner.run_coro_and_return_result(
+      self._first.invoke(comp, arg)
+    )
+
+
+def set_distributed_context(targets: Sequence[str]) -> None:
+  """Installs a context that spreads each round's clients over `targets`."""
+  if not targets:
+    raise ValueError('targets must name at least one host:port worker.')
+  contexts = [remote_async_context(t) for t in targets]
+  context_stack_impl.context_stack.set_default_context(
+    _DistributedContext(contexts)
+  )
+
+
+def parse_workers(value: Optional[str]) -> list[str]:
+  """'h1:p1,h2:p2' -> ['h1:p1', 'h2:p2'] (checked)."""
+  if not value:
+    return []
+  out = []
+  for item in value.split(','):
+    host, sep, port = item.strip().rpartition(':')
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(
+        f'workers must be host:port items with a port in [1, 65535]. '
+        f'Found {item!r}.'
+      )
+    out.append(f'{host}:{int(port)}')
+  return out
