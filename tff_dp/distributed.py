@@ -63,6 +63,7 @@ from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.types import placements
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+_STARTED: list[subprocess.Popen] = []
 _GRPC_OPTIONS = [
   ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
   ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
@@ -111,8 +112,15 @@ def start_local_workers(
       start_new_session=True,
     )
     workers.append((proc, f'127.0.0.1:{port}'))
+    _STARTED.append(proc)
   atexit.register(stop_workers, [p for p, _ in workers])
   return workers
+
+
+def stop_local_workers() -> None:
+  """Ends every worker this process started with `start_local_workers`."""
+  stop_workers(_STARTED)
+  _STARTED.clear()
 
 
 def stop_workers(processes: Sequence[subprocess.Popen]) -> None:
@@ -125,6 +133,45 @@ def stop_workers(processes: Sequence[subprocess.Popen]) -> None:
 def _compile_for_worker(comp):
   comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
   return native_compiler.desugar_and_transform_to_native(comp)
+
+
+_STUBS: dict[str, remote_executor_grpc_stub.RemoteExecutorGrpcStub] = {}
+
+
+def unavailable_workers() -> list[str]:
+  """Targets of the installed distributed context whose channel is down."""
+  return [t for t, stub in _STUBS.items() if not stub.is_ready]
+
+
+def call_watching_workers(fn, *args, poll_seconds: float = 0.5):
+  """`fn(*args)` on a daemon thread; raises if a worker goes away meanwhile.
+
+  TFF's remote executor waits for a lost worker to come back rather than
+  failing, so a round would hang: this raises `RuntimeError` naming the lost
+  worker instead (the blocked call is abandoned on its daemon thread).
+  """
+  import threading  # pylint: disable=g-import-not-at-top
+
+  box = {}
+  context = context_stack_impl.context_stack.current  # Thread-local stack.
+
+  def target():
+    try:
+      with context_stack_impl.context_stack.install(context):
+        box['result'] = fn(*args)
+    except BaseException as e:  # pylint: disable=broad-except
+      box['error'] = e
+
+  thread = threading.Thread(target=target, daemon=True)
+  thread.start()
+  while thread.is_alive():
+    thread.join(poll_seconds)
+    lost = unavailable_workers()
+    if lost and thread.is_alive():
+      raise RuntimeError(f'Lost TFF worker(s) {", ".join(lost)} mid-round.')
+  if 'error' in box:
+    raise box['error']
+  return box['result']
 
 
 def remote_async_context(
@@ -145,6 +192,7 @@ def remote_async_context(
         'is worker_binary running there (see the README, "Scale-out")?'
       )
     time.sleep(0.1)
+  _STUBS[target] = stub
 
   def stack_fn(cardinalities):
     cardinalities.setdefault(placements.CLIENTS, 0)
@@ -211,6 +259,7 @@ def set_distributed_context(targets: Sequence[str]) -> None:
   """Installs a context that spreads each round's clients over `targets`."""
   if not targets:
     raise ValueError('targets must name at least one host:port worker.')
+  _STUBS.clear()
   contexts = [remote_async_context(t) for t in targets]
   context_stack_impl.context_stack.set_default_context(
     _DistributedContext(contexts)

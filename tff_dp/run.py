@@ -226,6 +226,19 @@ _CLIP_PROBE = flags.DEFINE_integer(
 _CLIP_FRACTION = flags.DEFINE_float(
   'clip_fraction', 0.5, 'Fraction of the FedAvg update norm, in (0, 1].'
 )
+_WORKERS = flags.DEFINE_string(
+  'workers',
+  None,
+  "host:port,... of running TFF worker_binary processes: each round's "
+  'clients are split over them (see the README, "Scale-out").',
+)
+_LOCAL_WORKERS = flags.DEFINE_integer(
+  'local_workers',
+  0,
+  'Start this many worker_binary processes on this machine and split each '
+  'round over them (each with --max_concurrent_computation_calls and '
+  '--intra_op_threads).',
+)
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
   None,
@@ -304,6 +317,8 @@ def config_from_flags() -> training.ExperimentConfig:
     data_dir=_DATA_DIR.value,
     output_dir=_OUTPUT.value,
     task_kwargs=parse_task_options(_TASK_OPTIONS.value),
+    workers=_WORKERS.value,
+    local_workers=_LOCAL_WORKERS.value,
     update_diagnostics=_DIAGNOSTICS.value,
   )
 

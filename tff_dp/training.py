@@ -42,6 +42,7 @@ from tff_dp import composition
 from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
+from tff_dp import distributed
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
@@ -106,6 +107,8 @@ class ExperimentConfig:
   output_dir: Optional[str] = None
   task_kwargs: tuple[tuple[str, Any], ...] = ()
   update_diagnostics: bool = True
+  workers: Optional[str] = None
+  local_workers: int = 0
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
@@ -186,6 +189,8 @@ class ExperimentConfig:
       raise ValueError(
         f'top_k_ratio must be in (0, 1]. Found {self.top_k_ratio!r}.'
       )
+    distributed.parse_workers(self.workers)  # Raises on a bad host:port.
+    _check_int('local_workers', self.local_workers, 0)
     for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
       _check_int(name, getattr(self, name), 1)
     if not 0 <= self.sketch_momentum < 1:
@@ -573,9 +578,25 @@ def prepare(config: ExperimentConfig) -> Prepared:
     cost.up,
   )
 
-  contexts.set_simulation_context(
-    config.max_concurrent_computation_calls, config.intra_op_threads
-  )
+  if config.workers or config.local_workers:
+    targets = distributed.parse_workers(config.workers)
+    if config.local_workers:
+      targets += [
+        target
+        for _, target in distributed.start_local_workers(
+          config.local_workers,
+          max_concurrent_computation_calls=max(
+            1, config.max_concurrent_computation_calls
+          ),
+          intra_op_threads=config.intra_op_threads,
+        )
+      ]
+    distributed.set_distributed_context(targets)
+    logging.info('Clients of each round split over workers %s', targets)
+  else:
+    contexts.set_simulation_context(
+      config.max_concurrent_computation_calls, config.intra_op_threads
+    )
   client_optimizer = tff.learning.optimizers.build_sgdm(
     config.client_lr, momentum=config.client_momentum or None
   )
@@ -711,7 +732,22 @@ def run_experiment(
     data = data_future.result()
     upcoming = draw() if round_num < config.rounds else None
     rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
-    output = process.next(state, data)
+    try:
+      if config.workers or config.local_workers:
+        output = distributed.call_watching_workers(process.next, state, data)
+      else:
+        output = process.next(state, data)
+    except Exception as e:  # pylint: disable=broad-except
+      if not (config.workers or config.local_workers):
+        raise
+      done = rows[-1]['round'] if rows else 0
+      raise RuntimeError(
+        f'Round {round_num} failed on the TFF workers ({type(e).__name__}: '
+        f'{str(e)[:300]}). A worker may have died. Checkpoints up to round '
+        f'{done - done % config.checkpoint_every if done else 0} are intact '
+        'in the output directory: restart the workers and rerun the same '
+        'command to resume.'
+      ) from e
     state = output.state
     metrics: dict = {}
     _flatten('', output.metrics, metrics)
@@ -800,6 +836,8 @@ def run_experiment(
       output_dir / 'final_model_weights.npz', process.get_model_weights(state)
     )
     _atomic_write(output_dir / 'summary.json', json.dumps(summary, indent=2))
+  if config.local_workers:
+    distributed.stop_local_workers()
   return summary
 
 
@@ -822,6 +860,14 @@ def save_model_weights(path: pathlib.Path, model_weights) -> None:
   os.replace(f.name, path)
 
 
+_EXECUTION_ONLY = (
+  'workers',
+  'local_workers',
+  'max_concurrent_computation_calls',
+  'intra_op_threads',
+)
+
+
 def _check_same_config(
   output_dir: pathlib.Path, config: ExperimentConfig
 ) -> None:
@@ -830,6 +876,10 @@ def _check_same_config(
     return
   old = json.loads(saved.read_text())
   new = json.loads(json.dumps(config.to_dict()))
+  # Where and how fast it runs does not change the results.
+  for key in _EXECUTION_ONLY:
+    old.pop(key, None)
+    new.pop(key, None)
   if old != new:
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     raise ValueError(
