@@ -49,3 +49,22 @@ def inflated_l2_norm_bound(l2_norm_bound, gamma, beta, dim) -> float:
       l2_norm_bound=l2_norm_bound, gamma=gamma, beta=beta, dim=dim
     ).numpy()
   )
+
+
+def flat_float_specs(value_type, who: str):
+  """`(specs, flat specs, sizes)` of a value type of float tensors.
+
+  Raises:
+    TypeError: If a tensor is not floating point (`who` needs floats).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  flat = tf.nest.flatten(specs)
+  for s in flat:
+    if not s.dtype.is_floating:
+      raise TypeError(f'{who} needs float tensors. Found {s!r}.')
+  sizes = [int(np.prod(s.shape.as_list())) for s in flat]
+  return specs, flat, sizes

@@ -30,17 +30,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_fedavg
 
 
 def _flat_spec(value_type):
-  specs = tff.types.type_to_tf_tensor_specs(value_type)
-  flat = tf.nest.flatten(specs)
-  for s in flat:
-    if not s.dtype.is_floating:
-      raise TypeError(f'DP-RandAgg needs float tensors. Found {s!r}.')
-  sizes = [int(np.prod(s.shape.as_list())) for s in flat]
-  return specs, flat, sizes
+  return _tff_private.flat_float_specs(value_type, 'DP-RandAgg')
 
 
 def initial_coordinate_seed(seed: int) -> np.ndarray:

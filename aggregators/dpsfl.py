@@ -54,6 +54,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import count_sketch
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
@@ -96,13 +97,7 @@ class AdaptiveClip:
 
 
 def _flat_spec(value_type):
-  specs = tff.types.type_to_tf_tensor_specs(value_type)
-  flat = tf.nest.flatten(specs)
-  for s in flat:
-    if not s.dtype.is_floating:
-      raise TypeError(f'Sketching needs float tensors. Found {s!r}.')
-  sizes = [int(np.prod(s.shape.as_list())) for s in flat]
-  return specs, flat, sizes
+  return _tff_private.flat_float_specs(value_type, 'Sketching')
 
 
 def round_event(

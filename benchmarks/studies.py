@@ -389,68 +389,63 @@ _SKETCH_COMMON = dict(
   eval_every=2,
   seed=0,
 )
-STUDIES['seed002_emnist'] = Study(
-  title='Seed 002: DPSFL and DPSFL-AC on federated EMNIST at reduced scale',
-  notes=_SKETCH_NOTES.format(
-    scale='LEAF EMNIST, 300 writers, 62 classes, CNN-2-layers (1,206,590 '
-    'params; the seed uses ResNet-9 on CIFAR/MNIST); Poisson q = 0.1 '
-    '(30 writers a round), 30 rounds, 10 local steps of batch 64, lr 0.03.',
-    eps=4,
-    delta='1/300',
-    cols=24000,
-    k=12000,
-    clip=0.3,
-  ),
-  metric='test_accuracy',
-  common=dict(
-    task='emnist',
-    rounds=30,
-    client_sampling_rate=0.1,
-    delta=1 / 300,
-    target_epsilon=4.0,
-    batch_size=64,
-    local_epochs=10,
-    local_steps=10,
-    client_lr=0.03,
-    clip=0.3,
-    sketch_columns=24000,
-    sketch_k=12000,
-    **_SKETCH_COMMON,
-  ),
-  rows=_sketch_rows(),
-  columns=_SKETCH_COLUMNS,
+
+
+def _sketch_study(task, scale, delta, delta_words, rate, batch, lr, clip):
+  return Study(
+    title=f'Seed 002: DPSFL and DPSFL-AC on {task} at reduced scale',
+    notes=_SKETCH_NOTES.format(
+      scale=scale,
+      eps=4,
+      delta=delta_words,
+      cols=24000,
+      k=12000,
+      clip=clip,
+    ),
+    metric='test_accuracy',
+    common=dict(
+      task=task,
+      rounds=30,
+      client_sampling_rate=rate,
+      delta=delta,
+      target_epsilon=4.0,
+      batch_size=batch,
+      local_epochs=10,
+      local_steps=10,
+      client_lr=lr,
+      clip=clip,
+      sketch_columns=24000,
+      sketch_k=12000,
+      **_SKETCH_COMMON,
+    ),
+    rows=_sketch_rows(),
+    columns=_SKETCH_COLUMNS,
+  )
+
+
+STUDIES['seed002_emnist'] = _sketch_study(
+  'emnist',
+  'LEAF EMNIST, 300 writers, 62 classes, CNN-2-layers (1,206,590 params; '
+  'the seed uses ResNet-9 on CIFAR/MNIST); Poisson q = 0.1 (30 writers a '
+  'round), 30 rounds, 10 local steps of batch 64, lr 0.03.',
+  1 / 300,
+  '1/300',
+  0.1,
+  64,
+  0.03,
+  0.3,
 )
-STUDIES['seed002_cifar10'] = Study(
-  title='Seed 002: DPSFL and DPSFL-AC on CIFAR-10 (Dirichlet) at reduced '
-  'scale',
-  notes=_SKETCH_NOTES.format(
-    scale='CIFAR-10 over 100 clients, Dirichlet alpha 1, CNN-2-layers '
-    '(the seed: ResNet-9, 7M params); Poisson q = 0.2 (20 clients a '
-    'round), 30 rounds, 10 local steps of batch 50, lr 0.05.',
-    eps=4,
-    delta='1e-2 (1/N)',
-    cols=24000,
-    k=12000,
-    clip=0.5,
-  ),
-  metric='test_accuracy',
-  common=dict(
-    task='cifar10_dirichlet',
-    rounds=30,
-    client_sampling_rate=0.2,
-    delta=0.01,
-    target_epsilon=4.0,
-    batch_size=50,
-    local_epochs=10,
-    local_steps=10,
-    client_lr=0.05,
-    clip=0.5,
-    sketch_columns=24000,
-    sketch_k=12000,
-    **_SKETCH_COMMON,
-  ),
-  rows=_sketch_rows(),
-  columns=_SKETCH_COLUMNS,
+STUDIES['seed002_cifar10'] = _sketch_study(
+  'cifar10_dirichlet',
+  'CIFAR-10 over 100 clients, Dirichlet alpha 1, CNN-2-layers (the seed: '
+  'ResNet-9, 7M params); Poisson q = 0.2 (20 clients a round), 30 rounds, '
+  '10 local steps of batch 50, lr 0.05.',
+  0.01,
+  '1e-2 (1/N)',
+  0.2,
+  50,
+  0.05,
+  0.5,
 )
 
 # Seed 001 Tables I-II (accuracy %, mean of 5 seeds after 180 rounds).
