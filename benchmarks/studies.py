@@ -16,7 +16,6 @@ as seed 004 sets S from an unclipped round; the resolved number is what the
 recorded command carries.
 """
 
-import csv
 import dataclasses
 import json
 import math
@@ -31,6 +30,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import results_table
+from tff_dp import plot
 
 RUNS = pathlib.Path('runs/studies')
 RESULTS = pathlib.Path('benchmarks/results')
@@ -694,18 +694,8 @@ def _flag_args(values: dict[str, Any]) -> list[str]:
 
 
 def read_metrics(run_dir: pathlib.Path) -> list[dict[str, float]]:
-  with open(run_dir / 'metrics.csv', newline='') as f:
-    rows = list(csv.DictReader(f))
-  out = []
-  for r in rows:
-    d = {}
-    for k, v in r.items():
-      try:
-        d[k] = float(v)
-      except (TypeError, ValueError):
-        pass
-    out.append(d)
-  return out
+  """The numeric cells of a run's metrics.csv, a dict per round."""
+  return plot.read_rows(run_dir)
 
 
 def _median(values: list[float]) -> float:
