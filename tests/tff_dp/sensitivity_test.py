@@ -9,6 +9,9 @@ norm of it the aggregator measures).
 """
 
 import functools
+import os
+import subprocess
+import sys
 
 from hypothesis import given
 from hypothesis import settings
@@ -20,6 +23,7 @@ import tensorflow_federated as tff
 
 from tff_dp import contexts
 from tff_dp.aggregators import cmp_fed
+from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
@@ -77,6 +81,7 @@ def _process(name):
     'cmp_fed': cmp_fed.cmp_fed(
       2, noise_multiplier=0.0, clients_per_round=1, clip_u=CLIP, clip_v=0.3
     ),
+    'ddgauss': ddgauss.ddgauss_mean(0.0, 1, CLIP, bits=20),
   }
   process = finite_guard.FiniteGuardFactory(factories[name]).create(TYPE)
   return process, process.initialize()
@@ -121,6 +126,54 @@ def test_cmp_both_phases_clipped(flat):
   assert norms['u_norm'] <= CLIP * (1 + 1e-4)
   assert norms['v_norm'] <= 0.3 * (1 + 1e-4)
   assert np.all(np.isfinite(np.concatenate([np.ravel(r) for r in out.result])))
+
+
+@pytest.mark.skipif(
+  not ddgauss.protobuf_supports_ddgauss(),
+  reason='runs in a subprocess (test_ddgauss_sensitivity_in_subprocess)',
+)
+@SETTINGS
+@given(flat=vectors)
+def test_ddgauss_integer_vector_within_ledger_sensitivity(flat):
+  # DDGauss clips, rotates (DFT, norm-preserving), scales and rounds; the
+  # ledger's Delta_2 is TFF's `scaled_inflated_l2`, the bound conditional
+  # rounding enforces on the client's integer vector. With zero noise and
+  # one client the result is that vector unscaled and unrotated (the
+  # padding coordinate dropped can only lower its norm).
+  out = _run('ddgauss', flat)
+  meas = out.measurements
+  flat_out = np.concatenate([np.ravel(r) for r in out.result])
+  assert np.all(np.isfinite(flat_out)), flat_out
+  scale = float(meas['scale_factor'])
+  assert _norm(out.result) * scale <= float(meas['scaled_inflated_l2']) * (
+    1 + 1e-4
+  )
+  # The inflated bound is the clip up to rounding slack.
+  assert float(meas['scaled_inflated_l2']) / scale <= CLIP * 1.01
+
+
+def test_ddgauss_sensitivity_in_subprocess():
+  """Runs the DDGauss property test under protobuf's pure-Python backend.
+
+  The guarded DDGauss computation nests deeper than protobuf's default
+  (upb) parser allows (see `ddgauss.protobuf_supports_ddgauss`), and the
+  backend is fixed when TensorFlow is first imported, so the property
+  test runs in a child pytest with the backend set.
+  """
+  if ddgauss.protobuf_supports_ddgauss():
+    pytest.skip('this process runs the property test itself')
+  env = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION='python')
+  test = f'{__file__}::test_ddgauss_integer_vector_within_ledger_sensitivity'
+  proc = subprocess.run(
+    [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', test],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=540,
+  )
+  assert proc.returncode == 0 and '1 passed' in proc.stdout, (
+    proc.stdout[-3000:] + proc.stderr[-3000:]
+  )
 
 
 def test_non_finite_input_is_counted():
