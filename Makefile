@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 1500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test lint format bench bench-speed bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install run test test-pytest lint format bench bench-speed bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP)
 
@@ -36,15 +36,25 @@ run: $(STAMP)
 	  --root_output_dir=runs/make_run
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check setup.py tff_dp aggregators tasks tests benchmarks
+	$(VENV)/bin/ruff check setup.py tff_dp aggregators tasks tests benchmarks bazel
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format setup.py tff_dp aggregators tasks tests benchmarks
+	$(VENV)/bin/ruff format setup.py tff_dp aggregators tasks tests benchmarks bazel
 
-# Lint, then the test suite under a hard time limit; worker_binary children
-# are ended by tff_dp's atexit hook and by `timeout -k`.
+# Lint, then the test suite under a hard time limit: `bazel test //...`
+# (Bazel 2.1.0 installed offline-capable from npm into bazel/.bin; one
+# py_test per test file, run by pytest), or pytest directly where npm is
+# missing. worker_binary children are ended by tff_dp's atexit hook and by
+# `timeout -k`. The last line reads "N passed, N failed, N skipped".
 test: $(STAMP) lint
+	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh
+
+# The same suite straight through pytest (no Bazel).
+test-pytest: $(STAMP) lint
 	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q tests
+
+bazel-install:
+	bash bazel/install.sh
 
 # Benchmarks write markdown tables (and their JSON rows) to
 # benchmarks/results/. METHOD selects our method for the round-speed run.
@@ -76,4 +86,5 @@ bench-centralized: $(STAMP)
 	$(PY) -m benchmarks.centralized --output=benchmarks/results/centralized.md
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	test ! -x bazel/.bin/bazel || bazel/.bin/bazel clean --expunge
+	rm -rf $(VENV) runs build *.egg-info bazel/.bin
