@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 1500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install run test test-pytest lint format bench bench-speed bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install run test test-pytest lint format bench bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP)
 
@@ -59,10 +59,16 @@ bazel-install:
 # Benchmarks write markdown tables (and their JSON rows) to
 # benchmarks/results/. METHOD selects our method for the round-speed run.
 METHOD ?= dp_fedavg
-bench: bench-speed bench-methods bench-audit bench-load bench-centralized
+bench: bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized
 
 bench-speed: $(STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)
+
+# Seconds per round in-process vs over 1 and 2 local TFF worker_binary
+# processes (scale-out), in the same run.
+bench-workers: $(STAMP)
+	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD) \
+	  --configs=ours,workers_1,workers_2 --output=benchmarks/results/workers_speed.md
 
 # Every technique's round against DP-FedAvg's, measured in the same run.
 bench-methods: $(STAMP)

@@ -13,7 +13,16 @@ invocation, so they are measured on the same machine state:
   stock_tuned   the same with LoopImplementation.DATASET_ITERATOR and
                 max_concurrent_computation_calls=2;
   ours          `python -m tff_dp.run`'s process for --method (default
-                dp_fedavg), as `tff_dp.training.prepare` builds it.
+                dp_fedavg), as `tff_dp.training.prepare` builds it;
+  workers_1     ours over one local TFF worker_binary (`--local_workers=1`,
+                2 concurrent calls): the scale-out path on one worker;
+  workers_2     ours split over two local worker_binary processes
+                (`--local_workers=2`, 1 concurrent call each: the same 2
+                computations at a time as workers_1).
+
+  python -m benchmarks.round_speed --rounds=5 \
+      --configs=ours,workers_1,workers_2 \
+      --output=benchmarks/results/workers_speed.md
 
   python -m benchmarks.round_speed --rounds=5 \
       --output=benchmarks/results/round_speed.md
@@ -117,7 +126,9 @@ def run_stock(tuned: bool, rounds: int) -> dict:
   return _time_rounds(process, process.initialize(), make_data, rounds)
 
 
-def run_ours(method: str, rounds: int, concurrency: int) -> dict:
+def run_ours(
+  method: str, rounds: int, concurrency: int, local_workers: int = 0
+) -> dict:
   config = training.ExperimentConfig(
     task='fashion_mnist_iid',
     method=method,
@@ -131,6 +142,7 @@ def run_ours(method: str, rounds: int, concurrency: int) -> dict:
     local_steps=10,
     client_lr=0.05,
     max_concurrent_computation_calls=concurrency,
+    local_workers=local_workers,
     update_diagnostics=False,  # Time the method, not the diagnostics.
   )
   config.validate()
@@ -184,6 +196,10 @@ def _worker(mode: str) -> dict:
     return run_stock(True, _ROUNDS.value)
   if mode == 'ours':
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
+  if mode == 'workers_1':
+    return run_ours(_METHOD.value, _ROUNDS.value, 2, local_workers=1)
+  if mode == 'workers_2':
+    return run_ours(_METHOD.value, _ROUNDS.value, 1, local_workers=2)
   raise app.UsageError(f'Unknown mode {mode!r}')
 
 
@@ -218,7 +234,9 @@ def main(argv):
   med = {k: statistics.median(v['seconds']) for k, v in results.items()}
   for name, r in results.items():
     row = {
-      'configuration': name if name != 'ours' else f'ours ({_METHOD.value})',
+      'configuration': name
+      if not name.startswith(('ours', 'workers'))
+      else f'{name} ({_METHOD.value})',
       'median s/round': round(med[name], 2),
       'rounds timed': len(r['seconds']),
       'first round s': (
@@ -239,10 +257,14 @@ def main(argv):
       'command': (
         'python -m benchmarks.round_speed '
         f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
-        f'--configs={",".join(_CONFIGS.value)}'
+        f'--configs={",".join(_CONFIGS.value)} --output={_OUTPUT.value}'
       ),
     }
-    key = name if name != 'ours' else f'ours_{_METHOD.value}'
+    key = (
+      name
+      if not name.startswith(('ours', 'workers'))
+      else (f'{name}_{_METHOD.value}')
+    )
     results_table.update(
       _OUTPUT.value,
       key,
