@@ -374,7 +374,9 @@ sketch methods a client that holds the current model). A first try at
 FetchSGD on EMNIST (train loss 4.1 -> 8.8 by round 14, accuracy under 7%):
 a count sketch estimates only coordinates well above ||g|| / sqrt(columns),
 so k must be a small fraction of the columns (FetchSGD's own settings keep
-k / columns near 0.05-0.1); we use k / columns = 0.1.
+k / columns near 0.05-0.1); we use k / columns = 0.1. A DP-FedAvg row
+recorded before that change carries the first try's sketch flags in its
+command; DP-FedAvg ignores them.
 """
 
 
