@@ -68,3 +68,14 @@ def flat_float_specs(value_type, who: str):
       raise TypeError(f'{who} needs float tensors. Found {s!r}.')
   sizes = [int(np.prod(s.shape.as_list())) for s in flat]
   return specs, flat, sizes
+
+
+def with_type_signature(comp, type_signature):
+  """`comp` (a ConcreteComputation) re-typed to an assignable signature.
+
+  TFF's `ConcreteComputation.with_type`: the proto is unchanged; only the
+  Python-side signature (e.g. its Python container types) is replaced.
+  """
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+
+  return computation_impl.ConcreteComputation.with_type(comp, type_signature)

@@ -14,6 +14,8 @@ invocation, so they are measured on the same machine state:
                 max_concurrent_computation_calls=2;
   ours          `python -m tff_dp.run`'s process for --method (default
                 dp_fedavg), as `tff_dp.training.prepare` builds it;
+  ours_fused    ours with `--fuse_client_work` (one TF call per client a
+                round through MapReduceForm; bit-identical results);
   workers_1     ours over one local TFF worker_binary (`--local_workers=1`,
                 2 concurrent calls): the scale-out path on one worker;
   workers_2     ours split over two local worker_binary processes
@@ -127,7 +129,11 @@ def run_stock(tuned: bool, rounds: int) -> dict:
 
 
 def run_ours(
-  method: str, rounds: int, concurrency: int, local_workers: int = 0
+  method: str,
+  rounds: int,
+  concurrency: int,
+  local_workers: int = 0,
+  fuse: bool = False,
 ) -> dict:
   config = training.ExperimentConfig(
     task='fashion_mnist_iid',
@@ -143,6 +149,7 @@ def run_ours(
     client_lr=0.05,
     max_concurrent_computation_calls=concurrency,
     local_workers=local_workers,
+    fuse_client_work=fuse,
     update_diagnostics=False,  # Time the method, not the diagnostics.
   )
   config.validate()
@@ -196,6 +203,8 @@ def _worker(mode: str) -> dict:
     return run_stock(True, _ROUNDS.value)
   if mode == 'ours':
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
+  if mode == 'ours_fused':
+    return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value, fuse=True)
   if mode == 'workers_1':
     return run_ours(_METHOD.value, _ROUNDS.value, 2, local_workers=1)
   if mode == 'workers_2':

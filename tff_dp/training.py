@@ -43,6 +43,7 @@ from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
 from tff_dp import distributed
+from tff_dp import fusion
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
@@ -109,6 +110,9 @@ class ExperimentConfig:
   update_diagnostics: bool = True
   workers: Optional[str] = None
   local_workers: int = 0
+  # Compile the round through MapReduceForm: one TF call per client
+  # (`tff_dp.fusion`; bit-identical results, falls back when not possible).
+  fuse_client_work: bool = False
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
@@ -622,6 +626,14 @@ def prepare(config: ExperimentConfig) -> Prepared:
     client_metrics_fn=methods_lib.client_angle_metrics_fn(params),
     track_global_update=params.update_diagnostics,
   )
+  if config.fuse_client_work:
+    process, reason = fusion.fuse(process)
+    logging.info(
+      'Client work %s',
+      'fused: one TensorFlow call per client a round'
+      if reason is None
+      else f'not fused ({reason})',
+    )
 
   return Prepared(task, method, params, sampling, delta, cost, process)
 
@@ -861,6 +873,7 @@ def save_model_weights(path: pathlib.Path, model_weights) -> None:
 
 
 _EXECUTION_ONLY = (
+  'fuse_client_work',
   'workers',
   'local_workers',
   'max_concurrent_computation_calls',
