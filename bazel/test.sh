@@ -14,6 +14,7 @@ fi
 BAZEL=bazel/.bin/bazel
 rc=0
 timeout -k 30 "$TIMEOUT" "$BAZEL" test //... || rc=$?
+"$BAZEL" shutdown >/dev/null 2>&1 || true
+# Last: the plain closing line.
 "$PY" bazel/summary.py bazel-testlogs || rc=$((rc ? rc : 1))
-"$BAZEL" shutdown || true
 exit "$rc"
