@@ -384,6 +384,9 @@ so k must be a small fraction of the columns (FetchSGD's own settings keep
 k / columns near 0.05-0.1); we use k / columns = 0.1. A DP-FedAvg row
 recorded before that change carries the first try's sketch flags in its
 command; DP-FedAvg ignores them.
+The s/round of most rows is inflated: they ran while the test
+suite ran beside them. `method_cost.md` has each method's round cost
+measured on a quiet machine.
 """
 
 

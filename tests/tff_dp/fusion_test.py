@@ -10,8 +10,8 @@ from tff_dp import training
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
 
-def _prepared(method, noise=0.7, **kwargs):
-  config = training.ExperimentConfig(
+def _config(method, noise=0.7, **kwargs):
+  base = dict(
     task='heart_disease',
     method=method,
     rounds=2,
@@ -22,8 +22,13 @@ def _prepared(method, noise=0.7, **kwargs):
     batch_size=16,
     client_lr=0.1,
     fuse_client_work=False,
-    **kwargs,
   )
+  base.update(kwargs)
+  return training.ExperimentConfig(**base)
+
+
+def _prepared(method, noise=0.7, **kwargs):
+  config = _config(method, noise, **kwargs)
   config.validate()
   prepared = training.prepare(config)
   ids = prepared.task.train_data.client_ids[:3]
@@ -91,16 +96,10 @@ def test_runner_with_fused_client_work_equals_unfused(tmp_path):
   summaries, weights = [], []
   for fuse in (False, True):
     out = tmp_path / f'fuse_{fuse}'
-    config = training.ExperimentConfig(
-      task='heart_disease',
-      method='dp_fedavg',
-      rounds=2,
+    config = _config(
+      'dp_fedavg',
+      clients_per_round=None,
       client_sampling_rate=0.75,
-      noise_multiplier=0.7,
-      delta=1e-3,
-      clip=0.5,
-      batch_size=16,
-      client_lr=0.1,
       output_dir=str(out),
       fuse_client_work=fuse,
     )
