@@ -23,7 +23,6 @@ returned unchanged, and `fuse` says why.
 
 from typing import Optional
 
-from absl import logging
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -59,9 +58,7 @@ def fuse(
   except Exception as e:  # pylint: disable=broad-except
     # The MapReduce compiler raises several error types (ValueError,
     # TypeError, its own compiler errors) for forms it cannot express.
-    reason = f'{type(e).__name__}: {str(e).splitlines()[0][:200]}'
-    logging.info('Client work not fused (%s); running it as built.', reason)
-    return process, reason
+    return process, f'{type(e).__name__}: {str(e).splitlines()[0][:200]}'
   finally:
     tf_logger.setLevel(level)
   fused = tff.backends.mapreduce.get_computation_for_map_reduce_form(form)

@@ -221,7 +221,7 @@ _FUSE = flags.DEFINE_boolean(
   _D.fuse_client_work,
   "Compile each round through TFF's MapReduceForm so that all of a "
   "client's work is one TensorFlow call (bit-identical results; methods it "
-  'cannot express, e.g. CMP-Fed, run as built). Saves 5-10% of an '
+  'cannot express, e.g. CMP-Fed, run as built). Saved 4-10% of an '
   'overhead-bound round here, about 2% of the benchmark round.',
 )
 _CLIP_PROBE = flags.DEFINE_integer(
