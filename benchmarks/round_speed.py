@@ -12,6 +12,9 @@ invocation, so they are measured on the same machine state:
                 DifferentiallyPrivateFactory.gaussian_fixed, TFF defaults;
   stock_tuned   the same with LoopImplementation.DATASET_ITERATOR and
                 max_concurrent_computation_calls=2;
+  stock_threads stock_tuned with our worker threads instead: 3 concurrent
+                calls, 1 intra-op and 4 inter-op threads (how much of our
+                gain is the thread settings alone);
   ours          `python -m tff_dp.run`'s process for --method (default
                 dp_fedavg), as `tff_dp.training.prepare` builds it;
   ours_fused    ours with `--fuse_client_work` (one TF call per client a
@@ -52,6 +55,7 @@ import tensorflow_federated as tff  # noqa: E402
 
 from benchmarks import results_table  # noqa: E402
 from benchmarks import rss  # noqa: E402
+from tff_dp import contexts  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
 
@@ -61,14 +65,21 @@ _MODE = flags.DEFINE_string(
 _METHOD = flags.DEFINE_string('method', 'dp_fedavg', 'Our method to time.')
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds (after warm-up).')
 _CONCURRENCY = flags.DEFINE_integer(
-  'concurrency', 2, 'Our max_concurrent_computation_calls.'
+  'concurrency',
+  training.ExperimentConfig.max_concurrent_computation_calls,
+  'Our max_concurrent_computation_calls.',
+)
+_INTER = flags.DEFINE_integer(
+  'inter_op_threads',
+  training.ExperimentConfig.inter_op_threads,
+  "Our worker's TF inter-op threads.",
 )
 _OUTPUT = flags.DEFINE_string(
   'output', 'benchmarks/results/round_speed.md', 'Results markdown file.'
 )
 _CONFIGS = flags.DEFINE_list(
   'configs',
-  'floor_2x1,plain_1x2,stock_default,stock_tuned,ours',
+  'floor_2x1,plain_1x2,stock_default,stock_tuned,stock_threads,ours,ours_fused',
   'Configurations to run (mode=all).',
 )
 
@@ -98,9 +109,15 @@ def _fashion_clients(seed):
   return task, ids
 
 
-def run_stock(tuned: bool, rounds: int) -> dict:
+def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
   task, ids = _fashion_clients(0)
-  if tuned:
+  if threads:
+    os.environ.update(contexts.thread_env(1, 4))
+    tff.backends.native.set_sync_local_cpp_execution_context(
+      max_concurrent_computation_calls=3
+    )
+    loop = tff.learning.LoopImplementation.DATASET_ITERATOR
+  elif tuned:
     tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=2
     )
@@ -148,6 +165,7 @@ def run_ours(
     local_steps=10,
     client_lr=0.05,
     max_concurrent_computation_calls=concurrency,
+    inter_op_threads=_INTER.value,
     local_workers=local_workers,
     fuse_client_work=fuse,
     update_diagnostics=False,  # Time the method, not the diagnostics.
@@ -201,6 +219,8 @@ def _worker(mode: str) -> dict:
     return run_stock(False, _ROUNDS.value)
   if mode == 'stock_tuned':
     return run_stock(True, _ROUNDS.value)
+  if mode == 'stock_threads':
+    return run_stock(True, _ROUNDS.value, threads=True)
   if mode == 'ours':
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
   if mode == 'ours_fused':
@@ -231,6 +251,7 @@ def main(argv):
       f'--rounds={_ROUNDS.value}',
       f'--method={_METHOD.value}',
       f'--concurrency={_CONCURRENCY.value}',
+      f'--inter_op_threads={_INTER.value}',
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]

@@ -63,6 +63,8 @@ from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.types import placements
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+from tff_dp import contexts
+
 _STARTED: list[subprocess.Popen] = []
 _GRPC_OPTIONS = [
   ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
@@ -86,6 +88,7 @@ def start_local_workers(
   *,
   max_concurrent_computation_calls: int = 1,
   intra_op_threads: int = 1,
+  inter_op_threads: int = 0,
 ) -> list[tuple[subprocess.Popen, str]]:
   """Starts `count` worker_binary processes on 127.0.0.1.
 
@@ -95,8 +98,7 @@ def start_local_workers(
   if not isinstance(count, int) or count < 1:
     raise ValueError(f'count must be an integer >= 1. Found {count!r}.')
   env = dict(os.environ)
-  if intra_op_threads > 0:
-    env['TF_NUM_INTRAOP_THREADS'] = str(intra_op_threads)
+  env.update(contexts.thread_env(intra_op_threads, inter_op_threads))
   workers = []
   for _ in range(count):
     port = portpicker.pick_unused_port()

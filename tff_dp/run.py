@@ -196,6 +196,12 @@ _THREADS = flags.DEFINE_integer(
   "TF intra-op threads per client computation in TFF's worker (0: TF "
   'default).',
 )
+_INTER_THREADS = flags.DEFINE_integer(
+  'inter_op_threads',
+  _D.inter_op_threads,
+  "TF inter-op threads of TFF's worker, shared by the concurrent client "
+  'computations (0: TF default, one per core).',
+)
 _DEVICE = flags.DEFINE_string(
   'device',
   None,
@@ -244,8 +250,8 @@ _LOCAL_WORKERS = flags.DEFINE_integer(
   'local_workers',
   0,
   'Start this many worker_binary processes on this machine and split each '
-  'round over them (each with --max_concurrent_computation_calls and '
-  '--intra_op_threads).',
+  'round over them (each with --max_concurrent_computation_calls, '
+  '--intra_op_threads and --inter_op_threads).',
 )
 _DATA_DIR = flags.DEFINE_string(
   'data_dir',
@@ -321,6 +327,7 @@ def config_from_flags() -> training.ExperimentConfig:
     checkpoint_every=_CKPT_EVERY.value,
     max_concurrent_computation_calls=_CONCURRENCY.value,
     intra_op_threads=_THREADS.value,
+    inter_op_threads=_INTER_THREADS.value,
     device=_DEVICE.value,
     data_dir=_DATA_DIR.value,
     output_dir=_OUTPUT.value,

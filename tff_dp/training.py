@@ -101,8 +101,9 @@ class ExperimentConfig:
   seed: int = 0
   eval_every: int = 1
   checkpoint_every: int = 10
-  max_concurrent_computation_calls: int = 2
+  max_concurrent_computation_calls: int = 3
   intra_op_threads: int = 1
+  inter_op_threads: int = 4
   device: Optional[str] = None
   data_dir: Optional[str] = None
   output_dir: Optional[str] = None
@@ -177,6 +178,7 @@ class ExperimentConfig:
         f'Found {self.max_concurrent_computation_calls!r}.'
       )
     _check_int('intra_op_threads', self.intra_op_threads, 0)
+    _check_int('inter_op_threads', self.inter_op_threads, 0)
     if not 0 < self.randagg_fraction <= 1:
       raise ValueError(
         f'randagg_fraction must be in (0, 1]. Found {self.randagg_fraction!r}.'
@@ -593,13 +595,16 @@ def prepare(config: ExperimentConfig) -> Prepared:
             1, config.max_concurrent_computation_calls
           ),
           intra_op_threads=config.intra_op_threads,
+          inter_op_threads=config.inter_op_threads,
         )
       ]
     distributed.set_distributed_context(targets)
     logging.info('Clients of each round split over workers %s', targets)
   else:
     contexts.set_simulation_context(
-      config.max_concurrent_computation_calls, config.intra_op_threads
+      config.max_concurrent_computation_calls,
+      config.intra_op_threads,
+      config.inter_op_threads,
     )
   client_optimizer = tff.learning.optimizers.build_sgdm(
     config.client_lr, momentum=config.client_momentum or None
@@ -878,6 +883,7 @@ _EXECUTION_ONLY = (
   'local_workers',
   'max_concurrent_computation_calls',
   'intra_op_threads',
+  'inter_op_threads',
 )
 
 

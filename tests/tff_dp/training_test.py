@@ -117,6 +117,32 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     np.testing.assert_array_equal(wa[k], wb[k])
 
 
+def test_worker_threads_do_not_change_results(tmp_path):
+  # One client computation at a time on TF's default pools, against the
+  # defaults (3 concurrent calls, 1 intra-op and 4 inter-op threads): every
+  # client of every round, same numbers to the bit.
+  serial = _config(
+    tmp_path,
+    'serial',
+    client_sampling_rate=1.0,
+    max_concurrent_computation_calls=1,
+    intra_op_threads=0,
+    inter_op_threads=0,
+  )
+  training.run_experiment(serial)
+  default = _config(tmp_path, 'default', client_sampling_rate=1.0)
+  assert default.max_concurrent_computation_calls == 3
+  assert (default.intra_op_threads, default.inter_op_threads) == (1, 4)
+  training.run_experiment(default)
+  a = _rows(tmp_path / 'serial' / 'metrics.csv')
+  b = _rows(tmp_path / 'default' / 'metrics.csv')
+  assert [r['train_loss'] for r in a] == [r['train_loss'] for r in b]
+  wa = _final_weights(tmp_path / 'serial')
+  wb = _final_weights(tmp_path / 'default')
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+
+
 def test_fixed_size_sampling_and_nonprivate(tmp_path):
   summary = training.run_experiment(
     _config(
@@ -201,6 +227,10 @@ def test_other_flags_in_same_dir_fail(tmp_path):
     (dict(blur_lambda=-1.0), r'blur_lambda must be a finite number >= 0'),
     (dict(lus_sparsity=1.0), r'lus_sparsity must be in \[0, 1\)'),
     (dict(randagg_fraction=0.0), r'randagg_fraction must be in \(0, 1\]'),
+    (
+      dict(inter_op_threads=-1),
+      r'inter_op_threads must be an integer >= 0. Found -1',
+    ),
   ],
 )
 def test_bad_config_fails_before_training(tmp_path, kwargs, match):
