@@ -8,7 +8,9 @@ from training compute:
   python -m benchmarks.profile_round --local_steps=1 --no_zero_init
 
 Prints the seconds of each timed round (after one warm-up round) and the
-worker's CPU seconds per round. Findings are summarised in the README.
+worker's CPU seconds per round (and so the cores it kept busy). The defaults
+are the first profile's settings (2 concurrent calls, TF's default inter-op
+pool), not the runner's. Findings are summarised in the README.
 """
 
 import os
@@ -31,6 +33,9 @@ _ZERO = flags.DEFINE_bool(
 )
 _CONC = flags.DEFINE_integer('concurrency', 2, 'Concurrent computations.')
 _INTRA = flags.DEFINE_integer('intra_op_threads', 1, 'Worker intra threads.')
+_INTER = flags.DEFINE_integer(
+  'inter_op_threads', 0, 'Worker inter-op threads (0: TF default, 1/core).'
+)
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds.')
 
 
@@ -56,6 +61,7 @@ def main(argv):
     client_lr=0.05,
     max_concurrent_computation_calls=_CONC.value,
     intra_op_threads=_INTRA.value,
+    inter_op_threads=_INTER.value,
     task_kwargs=(('model', _MODEL.value),),
   )
   config.validate()
@@ -81,7 +87,11 @@ def main(argv):
     workers = rss._children(os.getpid())  # pylint: disable=protected-access
     cpu = sum(_cpu_seconds(w) for w in workers) - cpu0
     label = 'warm-up' if r == 0 else f'round {r}'
-    print(f'{label}: {wall:.2f} s wall, worker {cpu:.2f} CPU s', flush=True)
+    print(
+      f'{label}: {wall:.2f} s wall, worker {cpu:.2f} CPU s '
+      f'({cpu / wall:.2f} cores)',
+      flush=True,
+    )
 
 
 if __name__ == '__main__':

@@ -574,8 +574,8 @@ CMP-Fed's two Gaussians a round are composed, so it gets a larger
 multiplier than DP-FedAvg at the same epsilon), one seed instead of 5,
 local lr 0.05 without the seed's 0.99 decay. DP-RandAgg's k/d at each rank
 matches CMP-Fed's upload at that rank. Only the rows listed below ran (the
-seed has ranks 1, 2, 4, 8, 16 for each method). Best test accuracy over evaluated rounds (every 2nd);
-paper numbers are after 180 rounds.
+seed has ranks 1, 2, 4, 8, 16 for each method). Best test accuracy over
+evaluated rounds (every 2nd); paper numbers are after 180 rounds.
 """
 _COMMON_001 = dict(
   rounds=30,
