@@ -514,38 +514,31 @@ _RANDAGG_FRACTION = {
   16: 0.047459,
 }
 _RANKS_001 = (16, 8, 4, 2, 1)
+_CMP_CLIPS = dict(cmp_clip_u=0.01, cmp_clip_v=1.0)
 
 
 def _rows_001(split):
   paper = _PAPER_001[split]
   rows = []
-  for r in _RANKS_001:
-    rows.append(
-      Row(
-        f'cmp_fed_r{r}',
-        f'CMP-Fed rank {r}',
-        dict(method='cmp_fed', cmp_rank=r, cmp_clip_u=0.01, cmp_clip_v=1.0),
-        dict(best=paper['cmp_fed'][r] / 100),
+  ranked = (
+    ('cmp_fed', 'CMP-Fed rank {r}', lambda r: dict(cmp_rank=r, **_CMP_CLIPS)),
+    (
+      'dp_randagg',
+      'DP-RandAgg (rank-{r} ratio)',
+      lambda r: dict(randagg_fraction=_RANDAGG_FRACTION[r]),
+    ),
+    ('uv_fed', 'UV-Fed rank {r} (no DP)', lambda r: dict(cmp_rank=r)),
+  )
+  for method, label, flags_at in ranked:
+    for r in _RANKS_001:
+      rows.append(
+        Row(
+          f'{method}_r{r}',
+          label.format(r=r),
+          dict(method=method, **flags_at(r)),
+          dict(best=paper[method][r] / 100),
+        )
       )
-    )
-  for r in _RANKS_001:
-    rows.append(
-      Row(
-        f'dp_randagg_r{r}',
-        f'DP-RandAgg (rank-{r} ratio)',
-        dict(method='dp_randagg', randagg_fraction=_RANDAGG_FRACTION[r]),
-        dict(best=paper['dp_randagg'][r] / 100),
-      )
-    )
-  for r in _RANKS_001:
-    rows.append(
-      Row(
-        f'uv_fed_r{r}',
-        f'UV-Fed rank {r} (no DP)',
-        dict(method='uv_fed', cmp_rank=r),
-        dict(best=paper['uv_fed'][r] / 100),
-      )
-    )
   rows += [
     Row(
       'dp_fedavg',
