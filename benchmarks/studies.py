@@ -373,7 +373,8 @@ for nearly every client at any clip, because ||g_T|| is a small part of
 update norms of about 0.27, so the noisy unclipped probability stays near
 1 > 0.5 and the geometric update only lowers the clip. The threshold must
 sit below the typical ||g_T||; the row `dpsfl_ac_gamma0.01` reruns it at
-0.01. Best test accuracy
+0.01. On CIFAR-10 the rows `dp_fedavg_clip0.2` and `dp_fedavg_slr0.5`
+tune the baseline (clip 0.2; server lr 0.5). Best test accuracy
 over evaluated rounds (every 2nd). Bytes per participating client and
 round: our declared cost (sketch up; top-k values and indices down, for
 sketch methods a client that holds the current model). A first try at
