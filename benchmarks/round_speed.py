@@ -12,9 +12,9 @@ invocation, so they are measured on the same machine state:
                 DifferentiallyPrivateFactory.gaussian_fixed, TFF defaults;
   stock_tuned   the same with LoopImplementation.DATASET_ITERATOR and
                 max_concurrent_computation_calls=2;
-  stock_threads stock_tuned with our worker threads instead: 3 concurrent
-                calls, 1 intra-op and 4 inter-op threads (how much of our
-                gain is the thread settings alone);
+  stock_threads stock_tuned with our runner's worker settings instead (3
+                concurrent calls, 1 intra-op and 4 inter-op threads): how
+                much of our gain is the thread settings alone;
   ours          `python -m tff_dp.run`'s process for --method (default
                 dp_fedavg), as `tff_dp.training.prepare` builds it;
   ours_fused    ours with `--fuse_client_work` (one TF call per client a
@@ -111,15 +111,16 @@ def _fashion_clients(seed):
 
 def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
   task, ids = _fashion_clients(0)
-  if threads:
-    os.environ.update(contexts.thread_env(1, 4))
-    tff.backends.native.set_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=3
+  ours = training.ExperimentConfig
+  if threads:  # Our runner's worker settings, read by the worker at start.
+    os.environ.update(
+      contexts.thread_env(ours.intra_op_threads, ours.inter_op_threads)
     )
-    loop = tff.learning.LoopImplementation.DATASET_ITERATOR
-  elif tuned:
+  if tuned:
     tff.backends.native.set_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=2
+      max_concurrent_computation_calls=(
+        ours.max_concurrent_computation_calls if threads else 2
+      )
     )
     loop = tff.learning.LoopImplementation.DATASET_ITERATOR
   else:

@@ -11,9 +11,9 @@ computations at once. Their ops share the worker's TF inter-op thread pool
 On 2 cores, 2 concurrent calls on the default 2 inter-op threads kept the
 worker at about 1.6 cores: a call's blocked ops hold inter-op threads the
 other call could use. 3 concurrent calls on 4 inter-op threads (one intra-op
-thread each) kept it at about 1.85 cores and cut the benchmark round by
-about 15% (benchmarks/results/round_speed.md); 3 calls on 2 inter-op
-threads, or 2 calls on 4, gained nothing. These are the defaults.
+thread each) kept it at about 1.8 cores and cut the profiled round by
+13% (benchmarks/results/profile_round.md, "Worker threads"); 3 calls on 2
+inter-op threads, or 2 calls on 4, gained nothing. These are the defaults.
 """
 
 import os
