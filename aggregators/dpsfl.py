@@ -128,6 +128,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     clip: Optional[float] = None,
     adaptive: Optional[AdaptiveClip] = None,
     seed: int = 0,
+    hashing: str = 'murmur',
   ):
     """Checks the arguments (k against d at `create`).
 
@@ -144,12 +145,15 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
         `noise_multiplier`.
       adaptive: DPSFL-AC's adaptive clip; None: a fixed clip.
       seed: Seeds the hashes and the noise.
+      hashing: The count sketch's hash family, 'murmur' or 'block' (see
+        `count_sketch`; 'block' needs d <= 1024 x columns).
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
     """
     # The sketch checks rows and columns; dim 1 is a placeholder here.
     count_sketch.CountSketch(rows, columns, 1)
+    count_sketch.check_hashing(hashing)
     if not isinstance(k, (int, np.integer)) or k < 1:
       raise ValueError(f'k must be an integer >= 1. Found {k!r}.')
     if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
@@ -182,6 +186,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clip = float(clip) if private else None
     self._adaptive = adaptive
     self._seed = int(seed)
+    self._hashing = hashing
 
   @property
   def private(self) -> bool:
@@ -200,7 +205,9 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
         f'k must be in [1, {dim}] (the number of scalars in the value). '
         f'Found {self._k!r}.'
       )
-    sk = count_sketch.CountSketch(self._rows, self._columns, dim, self._seed)
+    sk = count_sketch.CountSketch(
+      self._rows, self._columns, dim, self._seed, hashing=self._hashing
+    )
     rows, cols, k = self._rows, self._columns, self._k
     rho, lr = self._momentum, self._lr
     private, z, adaptive = self._private, self._z, self._adaptive
@@ -369,11 +376,22 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
 
 
 def fetchsgd(
-  rows: int, columns: int, k: int, *, momentum: float = 0.9, seed: int = 0
+  rows: int,
+  columns: int,
+  k: int,
+  *,
+  momentum: float = 0.9,
+  seed: int = 0,
+  hashing: str = 'murmur',
 ) -> SketchAggregatorFactory:
   """FetchSGD: sketched updates, momentum and error feedback, no DP."""
   return SketchAggregatorFactory(
-    rows=rows, columns=columns, k=k, momentum=momentum, seed=seed
+    rows=rows,
+    columns=columns,
+    k=k,
+    momentum=momentum,
+    seed=seed,
+    hashing=hashing,
   )
 
 
@@ -387,6 +405,7 @@ def dpsfl(
   clip: float,
   momentum: float = 0.9,
   seed: int = 0,
+  hashing: str = 'murmur',
 ) -> SketchAggregatorFactory:
   """DPSFL: clipped sketches, Gaussian noise on their sum, FetchSGD server."""
   return SketchAggregatorFactory(
@@ -398,6 +417,7 @@ def dpsfl(
     clients_per_round=clients_per_round,
     clip=clip,
     seed=seed,
+    hashing=hashing,
   )
 
 
@@ -412,6 +432,7 @@ def dpsfl_ac(
   adaptive: Optional[AdaptiveClip] = None,
   momentum: float = 0.9,
   seed: int = 0,
+  hashing: str = 'murmur',
 ) -> SketchAggregatorFactory:
   """DPSFL-AC: DPSFL with the clip adapted from noisy clipping-impact bits.
 
@@ -427,6 +448,7 @@ def dpsfl_ac(
     clip=initial_clip,
     adaptive=adaptive if adaptive is not None else AdaptiveClip(),
     seed=seed,
+    hashing=hashing,
   )
 
 

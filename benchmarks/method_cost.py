@@ -2,9 +2,11 @@ r"""Per-method round cost against DP-FedAvg, measured in the same run.
 
 Each method's round is timed exactly as `benchmarks.round_speed` times ours
 (one Fashion-MNIST round: 100 clients x 10 steps x batch 10, McMahan CNN,
-noise 1.185, clip 1, update diagnostics on, each method with its default
-hyperparameters), every method in its own process, one after the other,
-DP-FedAvg first; `x dp_fedavg` is the ratio of medians (target: <= 1.10).
+noise 1.185, clip 1, update diagnostics off, each method with its default
+hyperparameters unless the row names an override such as
+`fetchsgd:sketch_hashing=block`), every method in its own process, one
+after the other, DP-FedAvg first; `x dp_fedavg` is the ratio of medians
+(target: <= 1.10).
 
   python -m benchmarks.method_cost --methods=blur,lus,fl_top_dp
 """

@@ -37,6 +37,7 @@ ratios to the floor and to stock_tuned, and the peak RSS of the process and
 its worker_binary during the rounds.
 """
 
+import dataclasses
 import json
 import os
 import statistics
@@ -62,7 +63,12 @@ from tff_dp import training  # noqa: E402
 _MODE = flags.DEFINE_string(
   'mode', 'all', 'all, or one configuration (a ' 'worker process).'
 )
-_METHOD = flags.DEFINE_string('method', 'dp_fedavg', 'Our method to time.')
+_METHOD = flags.DEFINE_string(
+  'method',
+  'dp_fedavg',
+  'Our method to time, optionally with config overrides: '
+  "'name:field=value[+field=value]' (e.g. fetchsgd:sketch_hashing=block).",
+)
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds (after warm-up).')
 _CONCURRENCY = flags.DEFINE_integer(
   'concurrency',
@@ -146,6 +152,25 @@ def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
   return _time_rounds(process, process.initialize(), make_data, rounds)
 
 
+def parse_method(spec: str) -> tuple[str, dict]:
+  """`'name:field=value+field=value'` -> `(name, {field: value})`.
+
+  Values are read as JSON where they parse (numbers, true/false) and kept
+  as strings otherwise.
+  """
+  name, _, rest = spec.partition(':')
+  overrides = {}
+  for item in filter(None, rest.split('+')):
+    field, sep, value = item.partition('=')
+    if not sep:
+      raise ValueError(f'Expected field=value in {spec!r}; found {item!r}.')
+    try:
+      overrides[field] = json.loads(value)
+    except json.JSONDecodeError:
+      overrides[field] = value
+  return name, overrides
+
+
 def run_ours(
   method: str,
   rounds: int,
@@ -153,6 +178,7 @@ def run_ours(
   local_workers: int = 0,
   fuse: bool = False,
 ) -> dict:
+  method, overrides = parse_method(method)
   config = training.ExperimentConfig(
     task='fashion_mnist_iid',
     method=method,
@@ -171,6 +197,7 @@ def run_ours(
     fuse_client_work=fuse,
     update_diagnostics=False,  # Time the method, not the diagnostics.
   )
+  config = dataclasses.replace(config, **overrides)
   config.validate()
   prepared = training.prepare(config)
   _, ids = _fashion_clients(0)

@@ -51,6 +51,7 @@ class MethodParams:
   sketch_columns: int = 20000
   sketch_k: int = 5000
   sketch_momentum: float = 0.9
+  sketch_hashing: str = 'murmur'
   dpsfl_target_probability: float = 0.5
   dpsfl_impact_threshold: float = 0.1
   dpsfl_bit_noise: float = 10.0
@@ -469,6 +470,7 @@ def _sketch_method(name: str) -> Method:
       columns=p.sketch_columns,
       k=p.sketch_k,
       momentum=p.sketch_momentum,
+      hashing=p.sketch_hashing,
       noise_multiplier=p.noise_multiplier if private else None,
       clients_per_round=p.expected_clients_per_round if private else None,
       clip=p.clip if private else None,
@@ -488,7 +490,8 @@ def _sketch_method(name: str) -> Method:
   return Method(
     name=name,
     description=descriptions[name]
-    + ' --sketch_rows/--sketch_columns/--sketch_k; use server lr 1.',
+    + ' --sketch_rows/--sketch_columns/--sketch_k/--sketch_hashing; use '
+    'server lr 1.',
     private=private,
     build_aggregator=aggregator,
     upload_bytes=lambda p: dpsfl.upload_bytes(

@@ -39,6 +39,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
+from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
@@ -84,6 +85,7 @@ class ExperimentConfig:
   sketch_columns: int = 20000
   sketch_k: int = 5000
   sketch_momentum: float = 0.9
+  sketch_hashing: str = 'murmur'
   dpsfl_target_probability: float = 0.5
   dpsfl_impact_threshold: float = 0.1
   dpsfl_bit_noise: float = 10.0
@@ -199,6 +201,7 @@ class ExperimentConfig:
     _check_int('local_workers', self.local_workers, 0)
     for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
       _check_int(name, getattr(self, name), 1)
+    count_sketch.check_hashing(self.sketch_hashing)
     if not 0 <= self.sketch_momentum < 1:
       raise ValueError(
         f'sketch_momentum must be in [0, 1). Found {self.sketch_momentum!r}.'
@@ -895,6 +898,11 @@ def _check_same_config(
     return
   old = json.loads(saved.read_text())
   new = json.loads(json.dumps(config.to_dict()))
+  # A flag added after the run started: its default is the behaviour the
+  # run had (new flags only ever default to the old behaviour).
+  for field in dataclasses.fields(ExperimentConfig):
+    if field.name not in old and field.default is not dataclasses.MISSING:
+      old[field.name] = json.loads(json.dumps(field.default))
   # Where and how fast it runs does not change the results.
   for key in _EXECUTION_ONLY:
     old.pop(key, None)

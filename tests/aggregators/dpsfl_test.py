@@ -33,13 +33,16 @@ def _flat(result):
   return np.concatenate([np.ravel(r) for r in result])
 
 
-def test_fetchsgd_exact_at_zero_noise_with_momentum_and_error_feedback():
+@pytest.mark.parametrize('hashing', ['murmur', 'block'])
+def test_fetchsgd_exact_at_zero_noise_with_momentum_and_error_feedback(
+  hashing,
+):
   # Two clients with 3 nonzeros each (5 in their mean); a wide sketch
   # recovers the top 4 of the mean exactly and keeps the 5th as error.
   a = {1: 2.0, 7: -1.0, 30: 4.0}
   b = {1: 2.0, 12: 3.0, 39: -5.0}
   mean = (_flat(_value(a)) + _flat(_value(b))) / 2
-  factory = dpsfl.fetchsgd(5, 400, 4, momentum=0.5, seed=2)
+  factory = dpsfl.fetchsgd(5, 400, 4, momentum=0.5, seed=2, hashing=hashing)
   process = factory.create(TYPE)
   out = process.next(process.initialize(), [_value(a), _value(b)])
   got = _flat(out.result)
@@ -168,6 +171,7 @@ def test_round_event_composes_the_bit():
       dict(adaptive=dpsfl.AdaptiveClip(impact_threshold=0.0)),
       'impact_threshold must be > 0',
     ),
+    (dict(hashing='sha1'), r"hashing must be one of \('murmur', 'block'\)"),
   ],
 )
 def test_bad_args(kwargs, match):
@@ -194,8 +198,16 @@ def test_bytes():
 
 
 @pytest.mark.usefixtures('shared_data_dir')
-@pytest.mark.parametrize('method', ['fetchsgd', 'dpsfl', 'dpsfl_ac'])
-def test_runner_methods(tmp_path, method):
+@pytest.mark.parametrize(
+  'method, hashing',
+  [
+    ('fetchsgd', 'murmur'),
+    ('dpsfl', 'murmur'),
+    ('dpsfl_ac', 'murmur'),
+    ('dpsfl', 'block'),
+  ],
+)
+def test_runner_methods(tmp_path, method, hashing):
   summary = training.run_experiment(
     training.ExperimentConfig(
       task='heart_disease',
@@ -207,6 +219,7 @@ def test_runner_methods(tmp_path, method):
       sketch_rows=3,
       sketch_columns=100,
       sketch_k=50,
+      sketch_hashing=hashing,
       batch_size=32,
       output_dir=str(tmp_path / method),
     )

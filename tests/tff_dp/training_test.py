@@ -1,8 +1,10 @@
 """End-to-end tests of the training loop on the real (small) heart data."""
 
 import csv
+import dataclasses
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -197,6 +199,23 @@ def test_other_flags_in_same_dir_fail(tmp_path):
   training.run_experiment(_config(tmp_path, 'run', rounds=1))
   with pytest.raises(ValueError, match='holds a run with different flags'):
     training.run_experiment(_config(tmp_path, 'run', rounds=1, clip=2.0))
+
+
+def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
+  # A config.json written before `sketch_hashing` existed lacks it: the
+  # run had the default's behaviour, so the same command resumes it, and
+  # the other value is a different run.
+  config = _config(tmp_path, 'old', rounds=1)
+  old = config.to_dict()
+  del old['sketch_hashing']
+  out = pathlib.Path(config.output_dir)
+  out.mkdir(parents=True)
+  (out / 'config.json').write_text(json.dumps(old))
+  training._check_same_config(out, config)
+  with pytest.raises(ValueError, match=r'different flags \(sketch_hashing\)'):
+    training._check_same_config(
+      out, dataclasses.replace(config, sketch_hashing='block')
+    )
 
 
 @pytest.mark.parametrize(

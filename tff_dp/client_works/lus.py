@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp import selection
 from tff_dp.client_works import _local_training
 from tff_dp.client_works import blur
 
@@ -38,7 +39,8 @@ def sparsify(update, scores, sparsity: float):
     sparsity: c in [0, 1).
 
   Returns:
-    The update with all but the top-s_j entries of each tensor zeroed.
+    The update with all but the top-s_j entries of each tensor zeroed (the
+    entries `tf.math.top_k` picks, found by `selection.top_k_mask`).
   """
   check_sparsity(sparsity)
 
@@ -48,8 +50,8 @@ def sparsify(update, scores, sparsity: float):
     k = kept_count(size, sparsity)
     if k >= size:
       return u
-    _, idx = tf.math.top_k(flat_s, k=k, sorted=False)
-    mask = tf.scatter_nd(idx[:, None], tf.ones([k], u.dtype), [size])
+    keep = selection.top_k_mask(tf.cast(flat_s, tf.float32), k)
+    mask = tf.cast(keep, u.dtype)
     return tf.reshape(flat_u * mask, tf.shape(u))
 
   return tf.nest.map_structure(one, update, scores)

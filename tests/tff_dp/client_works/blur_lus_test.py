@@ -4,6 +4,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import contexts
+from tff_dp.client_works import _local_training
 from tff_dp.client_works import blur
 from tff_dp.client_works import diagnostics
 from tff_dp.client_works import lus
@@ -32,6 +33,32 @@ def test_blur_penalty_and_gradient_are_analytic():
   assert all(
     float(tf.reduce_sum(tf.abs(g))) == 0.0 for g in tape.gradient(value, w_in)
   )
+
+
+@pytest.mark.parametrize('scale', [0.01, 1.0, 3.0])
+def test_blur_add_gradient_equals_autodiff_bit_for_bit(scale):
+  # Inside the ball (scale 0.01) and outside it: the analytic gradient the
+  # training loop uses is exactly what the tape gives for loss + penalty.
+  penalty = blur.blur_penalty(0.4, 1.0)
+  rng = np.random.default_rng(0)
+  w0 = [tf.constant(rng.normal(size=s).astype(np.float32)) for s in (7, (3, 5))]
+  w = [tf.Variable(t + scale * rng.normal(size=t.shape)) for t in w0]
+  w = [tf.Variable(tf.cast(v, tf.float32)) for v in w]
+  target = [
+    tf.constant(rng.normal(size=t.shape).astype(np.float32)) for t in w0
+  ]
+
+  def loss():
+    return tf.add_n([tf.reduce_sum((v - t) ** 3) for v, t in zip(w, target)])
+
+  with tf.GradientTape() as tape:
+    total = loss() + penalty(w, w0)
+  want = tape.gradient(total, w)
+  with tf.GradientTape() as tape:
+    plain = loss()
+  got = penalty.add_gradient(tape.gradient(plain, w), w, w0)
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_lus_keeps_exactly_s_j_per_layer_by_score():
@@ -117,6 +144,25 @@ def test_blur_with_zero_lambda_equals_plain_training(heart):
     for x, y in zip(ra.update, rb.update):
       np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
     assert ra.update_weight == rb.update_weight == 1.0
+
+
+def test_blur_training_has_the_bits_of_the_taped_penalty(heart):
+  # The same penalty without `add_gradient` goes on the tape; local
+  # training gives the same updates to the bit (active and inactive steps).
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  penalty = blur.blur_penalty(0.4, 0.05)
+  taped = _local_training.build_client_work(
+    heart.model_fn,
+    opt,
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    penalty_fn=lambda w, w0: penalty(w, w0),
+  )
+  ours = blur.build_blur_client_work(
+    heart.model_fn, opt, lam=0.4, clip_norm=0.05
+  )
+  for ra, rb in zip(_run(heart, taped).result, _run(heart, ours).result):
+    for x, y in zip(ra.update, rb.update):
+      np.testing.assert_array_equal(x, y)
 
 
 def test_strong_blur_keeps_update_near_the_ball(heart):
