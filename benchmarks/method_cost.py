@@ -5,8 +5,11 @@ Each method's round is timed exactly as `benchmarks.round_speed` times ours
 noise 1.185, clip 1, update diagnostics off, each method with its default
 hyperparameters unless the row names an override such as
 `fetchsgd:sketch_hashing=block`), every method in its own process, one
-after the other, DP-FedAvg first; `x dp_fedavg` is the ratio of medians
-(target: <= 1.10).
+after the other. The machine's speed drifts during a run, so DP-FedAvg is
+timed first, again after every `--every` methods, and last; each method's
+`x dp_fedavg` is its median over the mean of the DP-FedAvg medians just
+before and after it (target: <= 1.10); the DP-FedAvg row gives the median
+of those medians.
 
   python -m benchmarks.method_cost --methods=blur,lus,fl_top_dp
 """
@@ -29,6 +32,9 @@ _METHODS = flags.DEFINE_list(
   'Methods to time besides dp_fedavg.',
 )
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds after warm-up.')
+_EVERY = flags.DEFINE_integer(
+  'every', 3, 'Time DP-FedAvg again after this many methods.'
+)
 _OUTPUT = flags.DEFINE_string(
   'output', 'benchmarks/results/method_cost.md', 'Results markdown file.'
 )
@@ -50,26 +56,62 @@ def _time(method: str) -> dict:
   return json.loads(line[-1][len('RESULT ') :])
 
 
+def schedule(methods: list[str], every: int) -> list[str]:
+  """DP-FedAvg first, after every `every` methods, and last."""
+  order = ['dp_fedavg']
+  for i, m in enumerate(methods):
+    order.append(m)
+    if (i + 1) % every == 0 or i + 1 == len(methods):
+      order.append('dp_fedavg')
+  return order
+
+
+def local_bases(order: list[str], medians: list[float]) -> list[float]:
+  """For each run, the mean of the DP-FedAvg medians just before and after."""
+  base_at = [i for i, m in enumerate(order) if m == 'dp_fedavg']
+  out = []
+  for i in range(len(order)):
+    before = max(j for j in base_at if j <= i)
+    after = min((j for j in base_at if j >= i), default=before)
+    out.append(0.5 * (medians[before] + medians[after]))
+  return out
+
+
 def main(argv):
   del argv
-  methods = ['dp_fedavg'] + [m for m in _METHODS.value if m != 'dp_fedavg']
+  methods = [m for m in _METHODS.value if m != 'dp_fedavg']
+  order = schedule(methods, _EVERY.value)
   start = time.perf_counter()
-  results = {}
-  for m in methods:
-    results[m] = _time(m)
-    med = statistics.median(results[m]['seconds'])
+  runs = []
+  for m in order:
+    runs.append(_time(m))
+    med = statistics.median(runs[-1]['seconds'])
     print(f'{m}: median {med:.2f} s', flush=True)
   wall = time.perf_counter() - start
-  base = statistics.median(results['dp_fedavg']['seconds'])
+  medians = [statistics.median(r['seconds']) for r in runs]
+  bases = local_bases(order, medians)
+  base_medians = [md for m, md in zip(order, medians) if m == 'dp_fedavg']
+  drift = max(base_medians) / min(base_medians)
   command = (
     f'python -m benchmarks.method_cost --rounds={_ROUNDS.value} '
-    f'--methods={",".join(_METHODS.value)}'
+    f'--every={_EVERY.value} --methods={",".join(_METHODS.value)}'
   )
-  for m, r in results.items():
-    med = statistics.median(r['seconds'])
+  results = {}
+  for m, r, md, b in zip(order, runs, medians, bases):
+    if m == 'dp_fedavg':
+      continue
+    results[m] = (r, md, b)
+  first = runs[0]
+  results['dp_fedavg'] = (
+    first,
+    statistics.median(base_medians),
+    statistics.median(base_medians),
+  )
+  for m, (r, med, base) in results.items():
     row = {
       'method': m,
       'median s/round': round(med, 2),
+      'DP-FedAvg s/round around it': round(base, 2),
       'x dp_fedavg': round(med / base, 2),
       'rounds timed': len(r['seconds']),
       'peak RSS GiB': (
@@ -89,6 +131,9 @@ def main(argv):
       title='Per-method round cost (x DP-FedAvg, same run)',
       columns=list(row),
       notes=__doc__.split('\n\n')[1].replace('\n', ' ')
+      + ' DP-FedAvg medians in this run: '
+      + ', '.join(f'{x:.2f}' for x in base_medians)
+      + f' s (max / min {drift:.2f}).'
       + f' Machine: {results_table.machine()}.',
     )
 
