@@ -376,23 +376,14 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
 
 
 def fetchsgd(
-  rows: int,
-  columns: int,
-  k: int,
-  *,
-  momentum: float = 0.9,
-  seed: int = 0,
-  hashing: str = 'murmur',
+  rows: int, columns: int, k: int, **options
 ) -> SketchAggregatorFactory:
-  """FetchSGD: sketched updates, momentum and error feedback, no DP."""
-  return SketchAggregatorFactory(
-    rows=rows,
-    columns=columns,
-    k=k,
-    momentum=momentum,
-    seed=seed,
-    hashing=hashing,
-  )
+  """FetchSGD: sketched updates, momentum and error feedback, no DP.
+
+  `options`: `momentum`, `learning_rate`, `seed`, `hashing` (see
+  `SketchAggregatorFactory`).
+  """
+  return SketchAggregatorFactory(rows=rows, columns=columns, k=k, **options)
 
 
 def dpsfl(
@@ -403,21 +394,20 @@ def dpsfl(
   noise_multiplier: float,
   clients_per_round: float,
   clip: float,
-  momentum: float = 0.9,
-  seed: int = 0,
-  hashing: str = 'murmur',
+  **options,
 ) -> SketchAggregatorFactory:
-  """DPSFL: clipped sketches, Gaussian noise on their sum, FetchSGD server."""
+  """DPSFL: clipped sketches, Gaussian noise on their sum, FetchSGD server.
+
+  `options` as for `fetchsgd`.
+  """
   return SketchAggregatorFactory(
     rows=rows,
     columns=columns,
     k=k,
-    momentum=momentum,
     noise_multiplier=noise_multiplier,
     clients_per_round=clients_per_round,
     clip=clip,
-    seed=seed,
-    hashing=hashing,
+    **options,
   )
 
 
@@ -430,25 +420,21 @@ def dpsfl_ac(
   clients_per_round: float,
   initial_clip: float,
   adaptive: Optional[AdaptiveClip] = None,
-  momentum: float = 0.9,
-  seed: int = 0,
-  hashing: str = 'murmur',
+  **options,
 ) -> SketchAggregatorFactory:
   """DPSFL-AC: DPSFL with the clip adapted from noisy clipping-impact bits.
 
-  `adaptive` defaults to `AdaptiveClip()`.
+  `adaptive` defaults to `AdaptiveClip()`; `options` as for `fetchsgd`.
   """
-  return SketchAggregatorFactory(
-    rows=rows,
-    columns=columns,
-    k=k,
-    momentum=momentum,
+  return dpsfl(
+    rows,
+    columns,
+    k,
     noise_multiplier=noise_multiplier,
     clients_per_round=clients_per_round,
     clip=initial_clip,
     adaptive=adaptive if adaptive is not None else AdaptiveClip(),
-    seed=seed,
-    hashing=hashing,
+    **options,
   )
 
 

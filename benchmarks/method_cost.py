@@ -5,11 +5,15 @@ Each method's round is timed exactly as `benchmarks.round_speed` times ours
 noise 1.185, clip 1, update diagnostics off, each method with its default
 hyperparameters unless the row names an override such as
 `fetchsgd:sketch_hashing=block`), every method in its own process, one
-after the other. The machine's speed drifts during a run, so DP-FedAvg is
-timed first, again after every `--every` methods, and last; each method's
-`x dp_fedavg` is its median over the mean of the DP-FedAvg medians just
-before and after it (target: <= 1.10); the DP-FedAvg row gives the median
-of those medians.
+after the other. The cost is the CPU seconds a round takes (this process
+and the TFF worker): on a shared VM the wall time also counts the time the
+hypervisor gave our cores to others (the same DP-FedAvg round took 16.3
+and 40.4 s within one hour here, 2026-11-22), while CPU time counts the
+work. Wall time is reported beside it.
+DP-FedAvg is timed first, again after every `--every` methods, and last;
+each method's `x dp_fedavg` divides its median by the mean of the
+DP-FedAvg medians just before and after it (target: <= 1.10); the
+DP-FedAvg row gives the median of its medians.
 
   python -m benchmarks.method_cost --methods=blur,lus,fl_top_dp
 """
@@ -86,33 +90,40 @@ def main(argv):
   for m in order:
     runs.append(_time(m))
     med = statistics.median(runs[-1]['seconds'])
-    print(f'{m}: median {med:.2f} s', flush=True)
+    cpu = statistics.median(runs[-1]['cpu_seconds'])
+    print(f'{m}: median {med:.2f} s, {cpu:.2f} CPU s', flush=True)
   wall = time.perf_counter() - start
-  medians = [statistics.median(r['seconds']) for r in runs]
-  bases = local_bases(order, medians)
-  base_medians = [md for m, md in zip(order, medians) if m == 'dp_fedavg']
-  drift = max(base_medians) / min(base_medians)
+  walls = [statistics.median(r['seconds']) for r in runs]
+  cpus = [statistics.median(r['cpu_seconds']) for r in runs]
+  wall_bases = local_bases(order, walls)
+  cpu_bases = local_bases(order, cpus)
+  is_base = [m == 'dp_fedavg' for m in order]
+  base_walls = [w for w, b in zip(walls, is_base) if b]
+  base_cpus = [c for c, b in zip(cpus, is_base) if b]
   command = (
     f'python -m benchmarks.method_cost --rounds={_ROUNDS.value} '
     f'--every={_EVERY.value} --methods={",".join(_METHODS.value)}'
   )
-  results = {}
-  for m, r, md, b in zip(order, runs, medians, bases):
-    if m == 'dp_fedavg':
-      continue
-    results[m] = (r, md, b)
-  first = runs[0]
-  results['dp_fedavg'] = (
-    first,
-    statistics.median(base_medians),
-    statistics.median(base_medians),
+  rows = {}
+  for i, m in enumerate(order):
+    if m != 'dp_fedavg':
+      rows[m] = (runs[i], cpus[i], cpu_bases[i], walls[i], wall_bases[i])
+  median_cpu = statistics.median(base_cpus)
+  median_wall = statistics.median(base_walls)
+  rows['dp_fedavg'] = (
+    runs[0],
+    median_cpu,
+    median_cpu,
+    median_wall,
+    median_wall,
   )
-  for m, (r, med, base) in results.items():
+  for m, (r, cpu, cpu_base, med, base) in rows.items():
     row = {
       'method': m,
-      'median s/round': round(med, 2),
-      'DP-FedAvg s/round around it': round(base, 2),
-      'x dp_fedavg': round(med / base, 2),
+      'CPU s/round': round(cpu, 2),
+      'x dp_fedavg (CPU)': round(cpu / cpu_base, 2),
+      'wall s/round': round(med, 2),
+      'x dp_fedavg (wall)': round(med / base, 2),
       'rounds timed': len(r['seconds']),
       'peak RSS GiB': (
         round(r['peak_rss'] / 2**30, 2) if r.get('peak_rss') else ''
@@ -131,10 +142,11 @@ def main(argv):
       title='Per-method round cost (x DP-FedAvg, same run)',
       columns=list(row),
       notes=__doc__.split('\n\n')[1].replace('\n', ' ')
-      + ' DP-FedAvg medians in this run: '
-      + ', '.join(f'{x:.2f}' for x in base_medians)
-      + f' s (max / min {drift:.2f}).'
-      + f' Machine: {results_table.machine()}.',
+      + ' DP-FedAvg in this run (each time it was timed): '
+      + ', '.join(f'{c:.1f}' for c in base_cpus)
+      + ' CPU s/round; '
+      + ', '.join(f'{w:.1f}' for w in base_walls)
+      + f' wall s/round. Machine: {results_table.machine()}.',
     )
 
 

@@ -94,18 +94,25 @@ NOISE, CLIP = 1.185, 1.0
 
 
 def _time_rounds(process, state, make_data, rounds):
-  seconds = []
+  seconds, cpu = [], []
   with rss.PeakRss() as peak:
     for r in range(rounds + 1):
       data = make_data(r)
+      c0 = rss.cpu_seconds()
       t0 = time.perf_counter()
       state = process.next(state, data).state
       if r > 0:  # Round 0 traces and warms up.
         seconds.append(time.perf_counter() - t0)
+        cpu.append(rss.cpu_seconds() - c0)
       else:
         first = time.perf_counter() - t0
         peak.reset()
-  return {'seconds': seconds, 'first_round': first, 'peak_rss': peak.peak}
+  return {
+    'seconds': seconds,
+    'cpu_seconds': cpu,
+    'first_round': first,
+    'peak_rss': peak.peak,
+  }
 
 
 def _fashion_clients(seed):

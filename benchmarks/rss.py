@@ -1,4 +1,5 @@
-"""Peak resident memory of this process and its children, sampled."""
+"""Peak resident memory of this process and its children, sampled; and
+the CPU seconds they used (robust where a shared machine's speed drifts)."""
 
 import os
 import threading
@@ -30,6 +31,29 @@ def _children(pid: int) -> list[int]:
   except OSError:
     pass
   return out
+
+
+def _cpu_ticks(pid: int) -> int:
+  """utime + stime of a live process, in clock ticks (0 if it is gone)."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+  except (OSError, ValueError, IndexError):
+    return 0
+
+
+def cpu_seconds() -> float:
+  """CPU seconds used so far by this process and its live direct children.
+
+  On a shared VM, wall time includes time the hypervisor gave our cores to
+  others (steal); CPU time counts only the time we ran, so a difference of
+  two readings measures a round's work even while the machine's speed
+  drifts. It misses children that exit in between (not the TFF worker).
+  """
+  me = os.getpid()
+  ticks = _cpu_ticks(me) + sum(_cpu_ticks(c) for c in _children(me))
+  return ticks / os.sysconf('SC_CLK_TCK')
 
 
 class PeakRss:
