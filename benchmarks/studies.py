@@ -680,9 +680,11 @@ sampling, 30 rounds, 10 local steps of batch 32 (the seed: 80 clients,
 Q = 32, batch 64); delta 1e-3. Seed 003's claims to check: clipping costs
 accuracy (more for the MLP and for dispersed updates), DP costs more on top,
 and the deeper model's updates are more concentrated (compare the update
-norm std / mean and the norm-angle plots). Best test accuracy over
-evaluated rounds; paper numbers (MLP rows only; its CNNs are AlexNet and
-ResNet-18) are its FedAvg accuracy minus its reported drops.
+norm std / mean, the cohort's spread of pre-clip norms over their mean,
+median over rounds, and the norm-angle plots in `seed003_plots/`). Best
+test accuracy over evaluated rounds; paper numbers (MLP rows only; its
+CNNs are AlexNet and ResNet-18) are its FedAvg accuracy minus its reported
+drops.
 """,
   metric='test_accuracy',
   common=dict(
@@ -707,6 +709,7 @@ ResNet-18) are its FedAvg accuracy minus its reported drops.
     'final test metric',
     'clip',
     'median pre-clip norm',
+    'update norm std / mean',
     'fraction clipped',
     'epsilon RDP',
     'noise multiplier',
@@ -782,6 +785,15 @@ def summarize_run(
     'noise multiplier': summary['noise_multiplier'],
     'median pre-clip norm': _median([r.get('update_norm_q50') for r in rows]),
     'fraction clipped': _median([r.get('fraction_clipped') for r in rows]),
+    # Seed 003's concentration of updates: the spread of the cohort's
+    # pre-clip norms relative to their mean, median over rounds.
+    'update norm std / mean': _median(
+      [
+        r['update_norm_std'] / r['update_norm_mean']
+        for r in rows
+        if r.get('update_norm_mean')
+      ]
+    ),
     's/round': _median([r.get('round_seconds') for r in rows]),
   }
   if 'test_auroc' in best:
