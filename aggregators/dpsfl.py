@@ -151,9 +151,8 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
     """
-    # The sketch checks rows and columns; dim 1 is a placeholder here.
-    count_sketch.CountSketch(rows, columns, 1)
-    count_sketch.check_hashing(hashing)
+    # The sketch checks rows, columns and hashing; dim 1 is a placeholder.
+    count_sketch.CountSketch(rows, columns, 1, hashing=hashing)
     if not isinstance(k, (int, np.integer)) or k < 1:
       raise ValueError(f'k must be an integer >= 1. Found {k!r}.')
     if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):

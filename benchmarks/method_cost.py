@@ -8,8 +8,8 @@ hyperparameters unless the row names an override such as
 after the other. The cost is the CPU seconds a round takes (this process
 and the TFF worker): on a shared VM the wall time also counts the time the
 hypervisor gave our cores to others (the same DP-FedAvg round took 16.3
-and 40.4 s within one hour here, 2026-11-22), while CPU time counts the
-work. Wall time is reported beside it.
+and 40.4 s in two superseded runs an hour apart here, 2026-11-22), while
+CPU time counts the work. Wall time is reported beside it.
 DP-FedAvg is timed first, again after every `--every` methods, and last;
 each method's `x dp_fedavg` divides its median by the mean of the
 DP-FedAvg medians just before and after it (target: <= 1.10); the

@@ -35,6 +35,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from tff_dp import methods  # noqa: E402
+from tff_dp.aggregators import count_sketch  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
 
@@ -130,7 +131,7 @@ _SKETCH_MOMENTUM = flags.DEFINE_float(
 _SKETCH_HASHING = flags.DEFINE_enum(
   'sketch_hashing',
   _D.sketch_hashing,
-  ['murmur', 'block'],
+  list(count_sketch.HASHINGS),
   'Count-sketch hashes: murmur (per coordinate; reproduces earlier runs) or '
   'block (a cyclic shift and a sign per block of columns coordinates: same '
   'collision probability 1/columns, about 4x cheaper to sketch).',
