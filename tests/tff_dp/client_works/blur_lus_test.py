@@ -35,11 +35,12 @@ def test_blur_penalty_and_gradient_are_analytic():
   )
 
 
+@pytest.mark.parametrize('lam', [0.4, 0.05, 0.7, 1e-3, 3.3])
 @pytest.mark.parametrize('scale', [0.01, 1.0, 3.0])
-def test_blur_add_gradient_equals_autodiff_bit_for_bit(scale):
+def test_blur_add_gradient_equals_autodiff_bit_for_bit(scale, lam):
   # Inside the ball (scale 0.01) and outside it: the analytic gradient the
   # training loop uses is exactly what the tape gives for loss + penalty.
-  penalty = blur.blur_penalty(0.4, 1.0)
+  penalty = blur.blur_penalty(lam, 1.0)
   rng = np.random.default_rng(0)
   w0 = [tf.constant(rng.normal(size=s).astype(np.float32)) for s in (7, (3, 5))]
   w = [tf.Variable(t + scale * rng.normal(size=t.shape)) for t in w0]
