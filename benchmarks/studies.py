@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from absl import app
 from absl import flags
+import numpy as np
 
 from benchmarks import results_table
 from tff_dp import plot
@@ -45,6 +46,9 @@ class Row:
   clip_from: Optional[str] = None
   # Seed 003's rule: clip = 0.5 x that row's average update norm.
   clip_half_mean_of: Optional[str] = None
+  # The same rule for model clipping: clip = 0.5 x the L2 norm of that
+  # row's final global model (its trainable weights).
+  clip_half_model_norm_of: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -662,6 +666,20 @@ def _rows_003():
         dict(best=(paper[0] - paper[1] - paper[2]) / 100) if paper else {},
         clip_half_mean_of=f'{tag}_fedavg',
       ),
+      # Sec. 2.1: model clipping at CE-FedAvg's clip (the same c) and at
+      # the same rule applied to what it clips (0.5 x FedAvg's model norm).
+      Row(
+        f'{tag}_model_clip_same_c',
+        f'Model clipping at the CE-FedAvg clip, {task}, {model}',
+        dict(base, method='model_clip'),
+        clip_half_mean_of=f'{tag}_fedavg',
+      ),
+      Row(
+        f'{tag}_model_clip',
+        f'Model clipping at 0.5 x FedAvg model norm, {task}, {model}',
+        dict(base, method='model_clip'),
+        clip_half_model_norm_of=f'{tag}_fedavg',
+      ),
     ]
   return tuple(rows)
 
@@ -681,7 +699,10 @@ Q = 32, batch 64); delta 1e-3. Seed 003's claims to check: clipping costs
 accuracy (more for the MLP and for dispersed updates), DP costs more on top,
 and the deeper model's updates are more concentrated (compare the update
 norm std / mean, the cohort's spread of pre-clip norms over their mean,
-median over rounds, and the norm-angle plots in `seed003_plots/`). Best
+median over rounds, and the norm-angle plots in `seed003_plots/`); and
+(Sec. 2.1) difference clipping beats model clipping, run here at the same
+clip c as CE-FedAvg and at 0.5 x the norm of FedAvg's final model (the
+paper's rule applied to what model clipping clips; no noise). Best
 test accuracy over evaluated rounds; paper numbers (MLP rows only; its
 CNNs are AlexNet and ResNet-18) are its FedAvg accuracy minus its reported
 drops.
@@ -766,6 +787,22 @@ def clip_from_run(run_dir: pathlib.Path) -> float:
   return float(f'{clip:.3g}')
 
 
+def final_model_norm(run_dir: pathlib.Path) -> float:
+  """L2 norm of a finished run's final global model (trainable weights)."""
+  path = run_dir / 'final_model_weights.npz'
+  if not path.exists():
+    raise ValueError(f'{run_dir} has no final_model_weights.npz (unfinished?).')
+  with np.load(path) as weights:
+    squares = [
+      float(np.sum(np.square(weights[k].astype(np.float64))))
+      for k in weights.files
+      if k.startswith('trainable_')
+    ]
+  if not squares:
+    raise ValueError(f'{path} holds no trainable weights.')
+  return math.sqrt(sum(squares))
+
+
 def summarize_run(
   run_dir: pathlib.Path, metric: str, q: float
 ) -> dict[str, Any]:
@@ -817,6 +854,9 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
     rows = read_metrics(RUNS / study_name / row.clip_half_mean_of)
     norms = [r['update_norm_mean'] for r in rows if 'update_norm_mean' in r]
     values['clip'] = float(f'{0.5 * sum(norms) / len(norms):.3g}')
+  if row.clip_half_model_norm_of is not None:
+    norm = final_model_norm(RUNS / study_name / row.clip_half_model_norm_of)
+    values['clip'] = float(f'{0.5 * norm:.3g}')
   values['root_output_dir'] = str(run_dir)
   args = _flag_args(values)
   command = 'python -m tff_dp.run ' + ' '.join(shlex.quote(a) for a in args)
