@@ -702,7 +702,9 @@ norm std / mean, the cohort's spread of pre-clip norms over their mean,
 median over rounds, and the norm-angle plots in `seed003_plots/`); and
 (Sec. 2.1) difference clipping beats model clipping, run here at the same
 clip c as CE-FedAvg and at 0.5 x the norm of FedAvg's final model (the
-paper's rule applied to what model clipping clips; no noise). Best
+paper's rule applied to what model clipping clips; no noise; their norm
+columns describe the update they report, the round's model minus the
+clipped model). Best
 test accuracy over evaluated rounds; paper numbers (MLP rows only; its
 CNNs are AlexNet and ResNet-18) are its FedAvg accuracy minus its reported
 drops.
@@ -875,6 +877,10 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
   result = summarize_run(
     run_dir, study.metric, float(values.get('client_sampling_rate', 1.0))
   )
+  if values.get('method') == 'model_clip':
+    # Its diagnostics see the reported update (the round's model minus the
+    # clipped model), not the model it clips: no clipped fraction to show.
+    result['fraction clipped'] = ''
   paper = row.paper
   record = {
     'row': row.name,
