@@ -573,7 +573,10 @@ multiplier than DP-FedAvg at the same epsilon), one seed instead of 5,
 local lr 0.05 without the seed's 0.99 decay. DP-RandAgg's k/d at each rank
 matches CMP-Fed's upload at that rank. Only the rows listed below ran (the
 seed has ranks 1, 2, 4, 8, 16 for each method). Best test accuracy over
-evaluated rounds (every 2nd); paper numbers are after 180 rounds.
+evaluated rounds (every 2nd); paper numbers are after 180 rounds. U / V
+signal share (CMP-Fed): median over rounds of 1 - E||noise||^2 / ||released
+mean||^2, each phase's share of energy that was not noise
+(`cmp_fed.signal_share`); near 0, U_hat spans a nearly random subspace.
 """
 _COMMON_001 = dict(
   rounds=30,
@@ -602,6 +605,8 @@ _COLUMNS_001 = (
   'epsilon RDP',
   'epsilon PLD',
   'noise multiplier',
+  'U signal share',
+  'V signal share',
   'median pre-clip norm',
   's/round',
   'seed',
@@ -805,6 +810,50 @@ def final_model_norm(run_dir: pathlib.Path) -> float:
   return math.sqrt(sum(squares))
 
 
+def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
+  """CMP-Fed: median over rounds of each phase's estimated signal share.
+
+  From the measured norms of the two released means and the noise energy
+  the run's own noise multiplier, clips, rank, cohort and model shapes
+  imply (`cmp_fed.noise_energy`, `cmp_fed.signal_share`).
+  """
+  from tff_dp.aggregators import cmp_fed  # Only CMP-Fed rows need TFF.
+
+  summary = json.loads((run_dir / 'summary.json').read_text())
+  config = summary['config']
+  with np.load(run_dir / 'final_model_weights.npz') as weights:
+    shapes = [
+      weights[k].shape for k in weights.files if k.startswith('trainable_')
+    ]
+  sampling = summary['sampling']
+  clients = (
+    sampling['rate'] * sampling['num_clients']
+    if sampling['mode'] == 'poisson'
+    else sampling['clients_per_round']
+  )
+  energies = cmp_fed.noise_energy(
+    shapes,
+    config['cmp_rank'],
+    noise_multiplier=summary['noise_multiplier'],
+    clients_per_round=clients,
+    clip_u=config['cmp_clip_u'] or config['clip'],
+    clip_v=config['cmp_clip_v'] or config['clip'],
+  )
+  rows = read_metrics(run_dir)
+  return tuple(
+    _median(
+      [cmp_fed.signal_share(r[key], energy) for r in rows if r.get(key, 0) > 0]
+    )
+    for key, energy in zip(
+      (
+        'tff/aggregator/mean_norms/u_norm',
+        'tff/aggregator/mean_norms/v_norm',
+      ),
+      energies,
+    )
+  )
+
+
 def summarize_run(
   run_dir: pathlib.Path, metric: str, q: float
 ) -> dict[str, Any]:
@@ -843,6 +892,9 @@ def summarize_run(
   out['upload compression x'] = dense / cost['up'] if cost['up'] else ''
   clips = [r['clip'] for r in rows if 'clip' in r]
   out['final clip'] = clips[-1] if clips else ''
+  out['U signal share'] = out['V signal share'] = ''
+  if summary['config'].get('method') == 'cmp_fed':
+    out['U signal share'], out['V signal share'] = cmp_signal_shares(run_dir)
   return out
 
 
