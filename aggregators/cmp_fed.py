@@ -33,8 +33,9 @@ merges them exactly: one Gaussian of multiplier z / sqrt(2)).
 clipping and no noise, means over the participants.
 
 Measurements: `u` and `v`, the inner aggregators'; `mean_norms` (u_norm,
-v_norm): the L2 norms of the two phases' (noisy) means. `noise_energy` and
-`signal_share` turn them into how much of each release was signal.
+v_norm): the L2 norms of the two phases' (noisy) means.
+`CMPFedFactory.noise_energy` and `signal_share` turn them into how much of
+each release was signal.
 """
 
 import collections
@@ -78,39 +79,7 @@ def payload_sizes(shapes, rank: int) -> tuple[int, int]:
   return up1, up2
 
 
-def noise_energy(
-  shapes,
-  rank: int,
-  *,
-  noise_multiplier: float,
-  clients_per_round: float,
-  clip_u: float,
-  clip_v: float,
-) -> tuple[float, float]:
-  """Expected squared L2 norm of the noise in each phase's released mean.
-
-  Phase j adds N(0, (z C_j)^2) to each of its d_j sums and divides by the
-  expected cohort S, so E||noise_j||^2 = d_j (z C_j / S)^2 (d_1, d_2 from
-  `payload_sizes`). Compare with the `mean_norms` measurements through
-  `signal_share`.
-  """
-  if not noise_multiplier >= 0:
-    raise ValueError(
-      f'noise_multiplier must be >= 0. Found {noise_multiplier!r}.'
-    )
-  for name, value in (
-    ('clients_per_round', clients_per_round),
-    ('clip_u (C1)', clip_u),
-    ('clip_v (C2)', clip_v),
-  ):
-    if not value > 0:
-      raise ValueError(f'{name} must be > 0. Found {value!r}.')
-  d1, d2 = payload_sizes(shapes, rank)
-  scale = noise_multiplier / clients_per_round
-  return d1 * (scale * clip_u) ** 2, d2 * (scale * clip_v) ** 2
-
-
-def signal_share(mean_norm: float, noise_energy_: float) -> float:
+def signal_share(mean_norm: float, noise_energy: float) -> float:
   """Estimated share of a released mean's energy that is not noise.
 
   For noise n independent of the clipped mean x, E||x + n||^2 = ||x||^2 +
@@ -119,11 +88,11 @@ def signal_share(mean_norm: float, noise_energy_: float) -> float:
   take a median over rounds). Near 0, the phase released mostly noise: for
   phase 1, U_hat then spans a nearly random subspace.
   """
-  if not noise_energy_ >= 0:
-    raise ValueError(f'noise_energy_ must be >= 0. Found {noise_energy_!r}.')
+  if not noise_energy >= 0:
+    raise ValueError(f'noise_energy must be >= 0. Found {noise_energy!r}.')
   if not mean_norm > 0:
     raise ValueError(f'mean_norm must be > 0. Found {mean_norm!r}.')
-  return max(0.0, 1.0 - noise_energy_ / mean_norm**2)
+  return max(0.0, 1.0 - noise_energy / mean_norm**2)
 
 
 class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -173,6 +142,24 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clips = (clip_u, clip_v)
     self._seed = int(seed)
     self._secure_sum = bool(secure_sum)
+
+  def noise_energy(self, shapes) -> tuple[float, float]:
+    """Expected squared L2 norm of the noise in each phase's released mean.
+
+    Phase j adds N(0, (z C_j)^2) to each of its d_j sums and divides by the
+    expected cohort S, so E||noise_j||^2 = d_j (z C_j / S)^2 (d_1, d_2 from
+    `payload_sizes`). Compare with the `mean_norms` measurements through
+    `signal_share`.
+
+    Raises:
+      ValueError: For UV-Fed, which adds no noise.
+    """
+    if not self._private:
+      raise ValueError('noise_energy needs noise_multiplier (CMP-Fed).')
+    d1, d2 = payload_sizes(shapes, self._rank)
+    scale = self._z / self._clients
+    clip_u, clip_v = self._clips
+    return d1 * (scale * clip_u) ** 2, d2 * (scale * clip_v) ** 2
 
   def _phase_factory(self, phase: int):
     if not self._private:

@@ -815,9 +815,11 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
 
   From the measured norms of the two released means and the noise energy
   the run's own noise multiplier, clips, rank, cohort and model shapes
-  imply (`cmp_fed.noise_energy`, `cmp_fed.signal_share`).
+  imply (`CMPFedFactory.noise_energy`, `cmp_fed.signal_share`).
   """
-  from tff_dp.aggregators import cmp_fed  # Only CMP-Fed rows need TFF.
+  # Only CMP-Fed rows need TFF.
+  from tff_dp import privacy
+  from tff_dp.aggregators import cmp_fed
 
   summary = json.loads((run_dir / 'summary.json').read_text())
   config = summary['config']
@@ -825,20 +827,18 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
     shapes = [
       weights[k].shape for k in weights.files if k.startswith('trainable_')
     ]
-  sampling = summary['sampling']
-  clients = (
-    sampling['rate'] * sampling['num_clients']
-    if sampling['mode'] == 'poisson'
-    else sampling['clients_per_round']
-  )
-  energies = cmp_fed.noise_energy(
-    shapes,
+  sampling = privacy.Sampling(**summary['sampling'])
+  clips = [
+    config['clip'] if config[k] is None else config[k]
+    for k in ('cmp_clip_u', 'cmp_clip_v')
+  ]
+  energies = cmp_fed.cmp_fed(
     config['cmp_rank'],
     noise_multiplier=summary['noise_multiplier'],
-    clients_per_round=clients,
-    clip_u=config['cmp_clip_u'] or config['clip'],
-    clip_v=config['cmp_clip_v'] or config['clip'],
-  )
+    clients_per_round=sampling.expected_clients_per_round,
+    clip_u=clips[0],
+    clip_v=clips[1],
+  ).noise_energy(shapes)
   rows = read_metrics(run_dir)
   return tuple(
     _median(
