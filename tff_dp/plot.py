@@ -59,6 +59,31 @@ def _series(rows, x_key, metric):
   return [p[0] for p in pts], [p[1] for p in pts]
 
 
+_LINESTYLES = ('-', '--', ':', '-.')
+_MARKERS = ('.', 'x', '^', 's')
+
+
+def line_styles(n: int) -> list[dict[str, str]]:
+  """A distinct (colour, line style, marker) for each of `n` runs.
+
+  Matplotlib's default cycle repeats its 10 colours, so an 11th run would
+  look like the 1st; each further group of 10 gets the next line style and
+  marker.
+  """
+  if n > 10 * len(_LINESTYLES):
+    raise ValueError(
+      f'can draw at most {10 * len(_LINESTYLES)} runs on one plot, got {n}'
+    )
+  return [
+    {
+      'color': f'C{i % 10}',
+      'linestyle': _LINESTYLES[i // 10],
+      'marker': _MARKERS[i // 10],
+    }
+    for i in range(n)
+  ]
+
+
 def plot_runs(
   run_dirs: Sequence[pathlib.Path],
   output_dir: pathlib.Path,
@@ -69,18 +94,20 @@ def plot_runs(
   runs = [(d, read_rows(d)) for d in run_dirs]
   labels = labels or [d.name for d in run_dirs]
   metric = pick_metric(runs[0][1])
+  styles = line_styles(len(runs))
   written = []
   for x_key, name, xlabel in (
     ('round', 'round', 'round'),
     ('epsilon_rdp', 'epsilon', 'epsilon (RDP)'),
     ('bytes_up_total', 'bytes_up', 'bytes uploaded, all clients'),
   ):
-    fig, ax = plt.subplots(figsize=(6, 4))
+    # The legend goes right of the axes, so it never hides a curve.
+    fig, ax = plt.subplots(figsize=(8, 4))
     drawn = 0
-    for (_, rows), label in zip(runs, labels):
+    for (_, rows), label, style in zip(runs, labels, styles):
       x, y = _series(rows, x_key, metric)
       if x:
-        ax.plot(x, y, marker='.', label=label)
+        ax.plot(x, y, label=label, markersize=4, **style)
         drawn += 1
     if not drawn:
       plt.close(fig)
@@ -90,7 +117,7 @@ def plot_runs(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     path = output_dir / f'{metric}_vs_{name}.png'
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -41,6 +41,16 @@ def test_plots_from_a_tiny_run(tmp_path):
     assert f.stat().st_size > 10_000
 
 
+def test_line_styles_are_distinct_past_the_colour_cycle():
+  styles = plot.line_styles(17)
+  assert len({tuple(sorted(s.items())) for s in styles}) == 17
+  assert styles[0]['color'] == styles[10]['color']
+  assert styles[0]['linestyle'] != styles[10]['linestyle']
+  assert len(plot.line_styles(40)) == 40
+  with pytest.raises(ValueError, match='at most 40 runs.*got 41'):
+    plot.line_styles(41)
+
+
 @pytest.mark.usefixtures('shared_data_dir')
 def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
   config = training.ExperimentConfig(
