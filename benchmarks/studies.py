@@ -814,10 +814,12 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
   """CMP-Fed: median over rounds of each phase's estimated signal share.
 
   From the measured norms of the two released means and the noise energy
-  the run's own noise multiplier, clips, rank, cohort and model shapes
-  imply (`CMPFedFactory.noise_energy`, `cmp_fed.signal_share`).
+  of the aggregator the run built (`CMPFedFactory.noise_energy`, rebuilt
+  from the run's config, noise multiplier and cohort) over the model's
+  shapes, through `cmp_fed.signal_share`.
   """
   # Only CMP-Fed rows need TFF.
+  from tff_dp import methods
   from tff_dp import privacy
   from tff_dp.aggregators import cmp_fed
 
@@ -827,18 +829,23 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
     shapes = [
       weights[k].shape for k in weights.files if k.startswith('trainable_')
     ]
-  sampling = privacy.Sampling(**summary['sampling'])
-  clips = [
-    config['clip'] if config[k] is None else config[k]
-    for k in ('cmp_clip_u', 'cmp_clip_v')
-  ]
-  energies = cmp_fed.cmp_fed(
-    config['cmp_rank'],
+  # The same MethodParams -> aggregator path as the run (training.prepare).
+  fields = {f.name for f in dataclasses.fields(methods.MethodParams)}
+  params = methods.MethodParams(
+    num_model_params=summary['num_model_params'],
+    expected_clients_per_round=privacy.Sampling(
+      **summary['sampling']
+    ).expected_clients_per_round,
     noise_multiplier=summary['noise_multiplier'],
-    clients_per_round=sampling.expected_clients_per_round,
-    clip_u=clips[0],
-    clip_v=clips[1],
-  ).noise_energy(shapes)
+    **{
+      k: v for k, v in config.items() if k in fields and k != 'noise_multiplier'
+    },
+  )
+  energies = (
+    methods.METHODS[config['method']]
+    .build_aggregator(params)
+    .noise_energy(shapes)
+  )
   rows = read_metrics(run_dir)
   return tuple(
     _median(
