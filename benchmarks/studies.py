@@ -829,17 +829,14 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
     shapes = [
       weights[k].shape for k in weights.files if k.startswith('trainable_')
     ]
-  # The same MethodParams -> aggregator path as the run (training.prepare).
-  fields = {f.name for f in dataclasses.fields(methods.MethodParams)}
-  params = methods.MethodParams(
+  # The same config -> MethodParams -> aggregator path as the run.
+  params = methods.MethodParams.from_config(
+    config,
     num_model_params=summary['num_model_params'],
     expected_clients_per_round=privacy.Sampling(
       **summary['sampling']
     ).expected_clients_per_round,
     noise_multiplier=summary['noise_multiplier'],
-    **{
-      k: v for k, v in config.items() if k in fields and k != 'noise_multiplier'
-    },
   )
   energies = (
     methods.METHODS[config['method']]

@@ -61,6 +61,36 @@ class MethodParams:
   cmp_clip_v: Optional[float] = None
   model_shapes: tuple = ()
 
+  @classmethod
+  def from_config(
+    cls,
+    config: Mapping[str, Any],
+    *,
+    num_model_params: int,
+    expected_clients_per_round: float,
+    noise_multiplier: float = 0.0,
+  ) -> 'MethodParams':
+    """The params a run's config names (its fields of the same name).
+
+    Used by `training.prepare` and to rebuild a finished run's aggregator
+    from its saved config, so both take the same path.
+    """
+    derived = {
+      'num_model_params',
+      'expected_clients_per_round',
+      'noise_multiplier',
+    }
+    return cls(
+      num_model_params=num_model_params,
+      expected_clients_per_round=expected_clients_per_round,
+      noise_multiplier=noise_multiplier,
+      **{
+        f.name: config[f.name]
+        for f in dataclasses.fields(cls)
+        if f.name in config and f.name not in derived
+      },
+    )
+
 
 def client_metrics_fn(p: MethodParams):
   """Update-norm diagnostics at `p.clip`, if `p.update_diagnostics`."""

@@ -536,15 +536,10 @@ def prepare(config: ExperimentConfig) -> Prepared:
   sampling = sampling_for(config, len(client_ids), method.private)
   num_params = task.num_parameters()
   # Every method hyperparameter is a config field of the same name.
-  shared = {
-    f.name: getattr(config, f.name)
-    for f in dataclasses.fields(methods_lib.MethodParams)
-    if hasattr(config, f.name) and f.name != 'noise_multiplier'
-  }
-  params = methods_lib.MethodParams(
+  params = methods_lib.MethodParams.from_config(
+    vars(config),
     num_model_params=num_params,
     expected_clients_per_round=sampling.expected_clients_per_round,
-    **shared,
   )
   delta = None
   if method.private:

@@ -13,6 +13,7 @@ from dp_accounting import rdp
 import numpy as np
 import pytest
 
+from tff_dp import methods
 from tff_dp import training
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
@@ -44,6 +45,36 @@ def _rows(path):
 def _final_weights(output_dir):
   with np.load(output_dir / 'final_model_weights.npz') as d:
     return {k: d[k] for k in d.files}
+
+
+def test_method_params_from_a_saved_config_equal_the_runs():
+  config = training.ExperimentConfig(
+    task='fashion_mnist_iid',
+    method='cmp_fed',
+    cmp_rank=2,
+    cmp_clip_u=0.5,
+    clip=0.8,
+    seed=3,
+  )
+  saved = json.loads(json.dumps(dataclasses.asdict(config)))
+  saved['noise_multiplier'] = 99.0  # The run's calibrated value wins.
+  kwargs = dict(
+    num_model_params=10,
+    expected_clients_per_round=5.0,
+    noise_multiplier=1.5,
+  )
+  from_run = methods.MethodParams.from_config(vars(config), **kwargs)
+  assert methods.MethodParams.from_config(saved, **kwargs) == from_run
+  assert (from_run.cmp_rank, from_run.cmp_clip_u, from_run.cmp_clip_v) == (
+    2,
+    0.5,
+    None,
+  )
+  assert (from_run.clip, from_run.seed, from_run.noise_multiplier) == (
+    0.8,
+    3,
+    1.5,
+  )
 
 
 def test_dp_fedavg_end_to_end_and_ledger(tmp_path):
