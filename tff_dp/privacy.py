@@ -20,9 +20,19 @@ Sampling:
   neighbouring relation is add/remove one client; both accountants apply.
 * 'fixed': a uniformly random subset of m of the N clients; the matching
   event is `SampledWithoutReplacementDpEvent`, which dp_accounting's RDP
-  accountant supports only under replace-one neighbouring (a stronger
-  guarantee's worth of epsilon, reported as such); the PLD accountant does not
-  support it, so `epsilon_pld` is NaN for fixed-size sampling.
+  accountant supports only under replace-one neighbouring. Its bound (Wang,
+  Balle, Kasiviswanathan 2019) takes the inner event's multiplier as noise
+  over the *replace-one* L2 sensitivity, and replacing one clipped client
+  moves the sum by up to 2C, not C: the inner Gaussian is therefore recorded
+  with half the multiplier the mechanism has over its clip
+  (`GaussianDpEvent(z / 2)`; see google/differential-privacy issue 378).
+  Epsilons under the two relations are not comparable: replace-one is the
+  guarantee fixed-size runs get. The PLD accountant does not support this
+  event, so `epsilon_pld` is NaN for fixed-size sampling.
+
+A round whose event is `NonPrivateDpEvent` (no noise) is recorded unsampled
+whatever the sampling, so the run's epsilon is infinite (amplification by
+sampling of a mechanism with no guarantee gives none).
 """
 
 import dataclasses
@@ -187,14 +197,27 @@ class Sampling:
     return float(self.clients_per_round)
 
   def wrap(self, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-    """The round's event under this sampling (Gaussians merged first)."""
+    """The round's event under this sampling (Gaussians merged first).
+
+    `event` is stated as the aggregator states it: multipliers are noise
+    over one client's clip (add/remove-one sensitivity). For fixed-size
+    sampling the merged Gaussian's multiplier is halved (replace-one
+    sensitivity is twice the clip; see the module docstring).
+
+    Raises:
+      dp_accounting.UnsupportedEventError: For fixed-size sampling of an
+        event that is not a (composition of) Gaussian(s), whose replace-one
+        form this ledger cannot state.
+    """
     event = merge_gaussians(event)
-    if isinstance(event, dp_accounting.NoOpDpEvent):
+    if isinstance(
+      event, (dp_accounting.NoOpDpEvent, dp_accounting.NonPrivateDpEvent)
+    ):
       return event
     if self.mode == 'poisson':
       return dp_accounting.PoissonSampledDpEvent(self.rate, event)
     return dp_accounting.SampledWithoutReplacementDpEvent(
-      self.num_clients, self.clients_per_round, event
+      self.num_clients, self.clients_per_round, replace_one_event(event)
     )
 
   def rdp_accountant(self) -> rdp.RdpAccountant:
@@ -212,6 +235,26 @@ class Sampling:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def replace_one_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  """A merged Gaussian's event under replace-one (sensitivity 2C).
+
+  Raises:
+    dp_accounting.UnsupportedEventError: If `event` is not a Gaussian.
+  """
+  if not isinstance(event, dp_accounting.GaussianDpEvent):
+    raise dp_accounting.UnsupportedEventError(
+      'Fixed-size sampling is accounted for Gaussian mechanisms only '
+      f'(replace-one sensitivity 2C). Found {event}; use Poisson sampling '
+      '(--client_sampling_rate).'
+    )
+  return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+
+
+# Ledger JSON version: 2 records fixed-size rounds with replace-one
+# sensitivity 2C; version-1 ledgers (no 'version') recorded them with C.
+LEDGER_VERSION = 2
 
 
 class PrivacyLedger:
@@ -272,6 +315,7 @@ class PrivacyLedger:
   def to_json(self) -> str:
     return json.dumps(
       {
+        'version': LEDGER_VERSION,
         'sampling': self.sampling.to_dict(),
         'delta': self.delta,
         'events': [event_to_dict(e) for e in self._events],
@@ -280,16 +324,34 @@ class PrivacyLedger:
 
   @classmethod
   def from_json(cls, text: str) -> 'PrivacyLedger':
+    """The ledger `to_json` wrote; version-1 fixed-size rounds corrected.
+
+    A version-1 ledger (before the replace-one fix) recorded fixed-size
+    rounds as `SampledWithoutReplacementDpEvent(N, m, Gaussian(z))`; they
+    are read back as `Gaussian(z / 2)` inside, what they released.
+    """
     d = json.loads(text)
     ledger = cls(Sampling(**d['sampling']), d['delta'])
     ledger._events = [event_from_dict(e) for e in d['events']]
+    if d.get('version', 1) < 2:
+      ledger._events = [
+        attr.evolve(e, event=replace_one_event(e.event))
+        if isinstance(e, dp_accounting.SampledWithoutReplacementDpEvent)
+        else e
+        for e in ledger._events
+      ]
     return ledger
 
 
 def epsilon_of(
   event: dp_accounting.DpEvent, sampling: Sampling, delta: float
 ) -> tuple[float, float]:
-  """(RDP epsilon, PLD epsilon) of an already-sampled event at `delta`."""
+  """(RDP epsilon, PLD epsilon) of an already-sampled event at `delta`.
+
+  Infinite for both if any part of `event` is a `NonPrivateDpEvent`.
+  """
+  if _has_non_private(event):
+    return math.inf, math.inf
   accountant = sampling.rdp_accountant()
   if not accountant.supports(event):
     raise dp_accounting.UnsupportedEventError(
@@ -301,6 +363,20 @@ def epsilon_of(
   if accountant is not None and accountant.supports(event):
     eps_pld = accountant.compose(event).get_epsilon(delta)
   return float(eps_rdp), float(eps_pld)
+
+
+def _has_non_private(event: dp_accounting.DpEvent) -> bool:
+  if isinstance(event, dp_accounting.NonPrivateDpEvent):
+    return True
+  for field in attr.fields(type(event)):
+    value = getattr(event, field.name)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if any(
+      isinstance(v, dp_accounting.DpEvent) and _has_non_private(v)
+      for v in values
+    ):
+      return True
+  return False
 
 
 def calibrate_noise_multiplier(

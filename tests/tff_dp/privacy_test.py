@@ -1,3 +1,4 @@
+import json
 import math
 
 import dp_accounting
@@ -32,18 +33,86 @@ def test_poisson_ledger_matches_dp_accounting():
   assert eps_pld == pytest.approx(0.81, abs=0.01)
 
 
-def test_fixed_size_ledger_matches_dp_accounting():
+def test_fixed_size_ledger_accounts_replace_one_sensitivity_2c():
+  # Replacing one clipped client moves the sum by up to 2C, so the event
+  # dp_accounting's replace-one RDP needs is the Gaussian of multiplier
+  # noise / (2C) = z / 2.
   sampling = privacy.Sampling('fixed', 1000, clients_per_round=50)
   ledger = privacy.PrivacyLedger(sampling, 1e-5)
   for _ in range(20):
     ledger.record(G(1.0))
   eps_rdp, eps_pld = ledger.epsilon()
-  event = dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, G(1.0))
+  event = dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, G(0.5))
   want = _independent(
     event, 20, 1e-5, dp_accounting.NeighboringRelation.REPLACE_ONE
   )
   assert eps_rdp == pytest.approx(want, rel=1e-9)
   assert math.isnan(eps_pld)  # PLD does not support it; reported as NaN.
+
+
+def test_fixed_size_full_cohort_is_the_gaussian_of_sensitivity_2c():
+  # m = N: every client every round, no amplification. One client's
+  # replacement moves the clipped sum by 2C, so T rounds of noise z C are
+  # T Gaussian mechanisms of multiplier z / 2 (first principles: the RDP
+  # of N(0, s^2) for a shift of 2C is alpha (2C)^2 / (2 s^2)).
+  sampling = privacy.Sampling('fixed', 40, clients_per_round=40)
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  for _ in range(10):
+    ledger.record(G(3.0))
+  orders = rdp.RdpAccountant().compose(G(1.5), 10)
+  assert ledger.epsilon()[0] == pytest.approx(
+    orders.get_epsilon(1e-5), rel=1e-6
+  )
+  alpha = 8.0
+  assert 10 * alpha * 2.0**2 / (2 * 3.0**2) == pytest.approx(
+    rdp.RdpAccountant(orders=[alpha]).compose(G(1.5), 10)._rdp[0]  # pylint: disable=protected-access
+  )
+
+
+def test_seed003_fixed_size_rows_reaccounted():
+  # The seed 003 DP rows (30 rounds of 20 clients, delta 1e-3) were
+  # calibrated to 1.5 with sensitivity C; their true replace-one epsilon
+  # (emnist_digits has 293 non-empty LEAF writers, cifar10_dirichlet 100):
+  cases = ((293, 1.797, 4.23), (100, 4.692, 3.56))
+  for n, z, want in cases:
+    ledger = privacy.PrivacyLedger(
+      privacy.Sampling('fixed', n, clients_per_round=20), 1e-3
+    )
+    for _ in range(30):
+      ledger.record(G(z))
+    assert ledger.epsilon()[0] == pytest.approx(want, abs=0.01)
+
+
+def test_version1_fixed_size_ledger_is_read_with_sensitivity_2c():
+  sampling = privacy.Sampling('fixed', 300, clients_per_round=20)
+  new = privacy.PrivacyLedger(sampling, 1e-3)
+  for _ in range(5):
+    new.record(G(2.0))
+  old = json.loads(new.to_json())
+  del old['version']
+  for e in old['events']:  # What version 1 recorded: the clip's multiplier.
+    e['event']['noise_multiplier'] = 2.0
+  assert privacy.PrivacyLedger.from_json(json.dumps(old)).epsilon()[
+    0
+  ] == pytest.approx(new.epsilon()[0], rel=1e-12)
+
+
+def test_fixed_size_rejects_non_gaussian_events():
+  sampling = privacy.Sampling('fixed', 100, clients_per_round=10)
+  with pytest.raises(dp_accounting.UnsupportedEventError, match='Poisson'):
+    sampling.wrap(dp_accounting.LaplaceDpEvent(1.0))
+
+
+@pytest.mark.parametrize('mode', ['poisson', 'fixed'])
+def test_non_private_rounds_give_infinite_epsilon(mode):
+  kwargs = {'rate': 0.1} if mode == 'poisson' else {'clients_per_round': 10}
+  ledger = privacy.PrivacyLedger(privacy.Sampling(mode, 100, **kwargs), 1e-5)
+  ledger.record(G(1.0))
+  ledger.record(dp_accounting.NonPrivateDpEvent())
+  ledger.record(G(1.0))
+  eps_rdp, eps_pld = ledger.epsilon()
+  assert eps_rdp == math.inf
+  assert eps_pld == math.inf
 
 
 def test_epsilon_grows_with_rounds_and_changes_are_composed():
