@@ -22,8 +22,13 @@ state as the warm start; a round is two secure-sum phases in one
 and the update is U_hat V^T per matrix (the dense vectors from phase 1).
 The mean V of phase 2 is the next round's warm start, as in the seed's
 Alg. 1 (line 15 feeds line 6; PowerSGD's reuse). V_0 is seeded i.i.d.
-N(0, 1). Seed 001's per-agent noise sigma_j = C_j z / sqrt(S) summed over S
-agents is N(0, (C_j z)^2) on the sum: the same release, added once here.
+N(0, 1) from the public `seed`; the two phases' noise comes from
+`noise_seed` (secret by default, see `dp_fedavg.gaussian_fixed`), one
+independent stream per phase. Seed 001's per-agent noise
+sigma_j = C_j z / sqrt(S) summed over S agents is N(0, (C_j z)^2) on the
+sum: the same release, added once here. Each phase's payload is clipped by
+the guarded clip of `dp_queries` (U = Delta V can overflow float32 even for
+a bounded Delta).
 
 Each round releases two Gaussians of multiplier z on the same sampled
 cohort; both DP states keep their event and the ledger composes them (and
@@ -46,6 +51,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_queries
 
 
 def _layout(value_type, rank: int):
@@ -107,6 +113,7 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     clip_u: Optional[float] = None,
     clip_v: Optional[float] = None,
     seed: int = 0,
+    noise_seed: dp_queries.NoiseSeed = None,
     secure_sum: bool = True,
   ):
     """Checks the arguments.
@@ -117,7 +124,9 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
       clients_per_round: Expected clients a round, > 0 (CMP-Fed).
       clip_u: C1 > 0, the phase-1 clip over all layers (CMP-Fed).
       clip_v: C2 > 0, the phase-2 clip (CMP-Fed).
-      seed: Seeds V_0 and the two phases' noise.
+      seed: Seeds V_0 (public randomness).
+      noise_seed: Seeds the two phases' noise: None (default) draws a
+        secret; an int s gives streams s + 1 and s + 2 (keep it secret).
       secure_sum: Sum clipped payloads with `tff.aggregators.
         SecureSumFactory` (bounds +-C).
 
@@ -141,6 +150,11 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clients = clients_per_round
     self._clips = (clip_u, clip_v)
     self._seed = int(seed)
+    # Resolved now: every process this factory creates draws the same noise.
+    self._noise_seeds = tuple(
+      dp_queries.resolve_seed(dp_queries.offset_seed(noise_seed, 1 + phase))
+      for phase in (0, 1)
+    )
     self._secure_sum = bool(secure_sum)
 
   def noise_energy(self, shapes) -> tuple[float, float]:
@@ -169,7 +183,7 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
       self._z,
       self._clients,
       clip,
-      seed=self._seed + 1 + phase,
+      noise_seed=self._noise_seeds[phase],
       record_aggregation_factory=(
         tff.aggregators.SecureSumFactory(clip, -clip)
         if self._secure_sum
@@ -296,6 +310,7 @@ def cmp_fed(
   clip_u: float,
   clip_v: float,
   seed: int = 0,
+  noise_seed: dp_queries.NoiseSeed = None,
 ) -> CMPFedFactory:
   """CMP-Fed: two clipped, noised, secure-summed power-iteration phases."""
   return CMPFedFactory(
@@ -305,6 +320,7 @@ def cmp_fed(
     clip_u=clip_u,
     clip_v=clip_v,
     seed=seed,
+    noise_seed=noise_seed,
   )
 
 

@@ -3,9 +3,13 @@
 The same mechanisms as TFF's
 `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed` and
 `.gaussian_adaptive` (TFF's factory owns placement and transport; the query
-owns clipping and noise), with the queries of `dp_queries` so that noise is
-drawn from a seed kept in the aggregator state: runs are reproducible and a
-resumed run continues the same noise stream.
+owns clipping and noise), with the queries of `dp_queries`: noise is drawn
+from a seed kept in the aggregator state, so a resumed run continues the
+same noise stream, and the clip is guarded against non-finite or
+overflowing updates. The noise seed is secret by default
+(`noise_seed=None`: 128 bits from OS entropy, kept only in the server
+state); an int gives reproducible noise for research, and the guarantee
+then assumes that int is kept secret.
 
 Measurements (TFF's): `dp_query_metrics` (`clip`) and `dp`
 (the inner aggregation's measurements). The released DpEvent is kept in the
@@ -38,7 +42,7 @@ def gaussian_fixed(
   clients_per_round: float,
   clip: float,
   *,
-  seed: int = 0,
+  noise_seed: dp_queries.NoiseSeed = None,
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
@@ -54,7 +58,9 @@ def gaussian_fixed(
     noise_multiplier: Noise stddev over clip, >= 0.
     clients_per_round: Expected clients per round (the denominator), > 0.
     clip: L2 clipping norm, > 0.
-    seed: Seed of the noise.
+    noise_seed: None (default): a secret seed from OS entropy; an int or a
+      pair of ints: reproducible noise (keep it secret: whoever knows it can
+      subtract the noise).
     record_aggregation_factory: Inner sum (default `tff.aggregators.
       SumFactory`); `tff.aggregators.SecureSumFactory` for secure sum.
 
@@ -65,7 +71,9 @@ def gaussian_fixed(
   _check('clients_per_round', clients_per_round, positive=True)
   _check('clip', clip, positive=True)
   query = tfp.NormalizedQuery(
-    dp_queries.SeededGaussianSumQuery(clip, clip * noise_multiplier, seed),
+    dp_queries.SeededGaussianSumQuery(
+      clip, clip * noise_multiplier, noise_seed
+    ),
     denominator=float(clients_per_round),
   )
   return tff.aggregators.DifferentiallyPrivateFactory(
@@ -81,7 +89,7 @@ def gaussian_adaptive(
   target_unclipped_quantile: float = 0.5,
   learning_rate: float = 0.2,
   clipped_count_stddev: Optional[float] = None,
-  seed: int = 0,
+  noise_seed: Optional[int] = None,
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
@@ -92,7 +100,8 @@ def gaussian_adaptive(
   norms. `noise_multiplier` is the *effective* multiplier of the round: it is
   split between the sum and the clipped-count (TFF's
   `adaptive_clip_noise_params`), so the released event, two Gaussians,
-  merges to `GaussianDpEvent(noise_multiplier)`.
+  merges to `GaussianDpEvent(noise_multiplier)`. `noise_seed` as in
+  `gaussian_fixed` (None: secret).
 
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
@@ -119,7 +128,7 @@ def gaussian_adaptive(
     clipped_count_stddev=count_stddev,
     expected_num_records=float(clients_per_round),
     geometric_update=True,
-    seed=seed,
+    seed=noise_seed,
   )
   query = tfp.NormalizedQuery(query, denominator=float(clients_per_round))
   return tff.aggregators.DifferentiallyPrivateFactory(

@@ -1,36 +1,89 @@
-"""Seeded versions of tensorflow-privacy's Gaussian DP queries.
+"""Tensorflow-privacy's Gaussian DP queries with a secret, resumable seed.
 
-tensorflow-privacy 0.9.0 draws its noise from TF's stateful RNG
-(`tf.random_normal_initializer()` with no seed), so two runs with the same
-flags add different noise, and a run resumed from a checkpoint cannot repeat
-the noise it would have drawn. These queries keep a stateless seed in their
-global state, draw noise with `tf.random.stateless_normal`, and advance the
-seed every round (`tf.random.experimental.stateless_split`); the seed is saved
-with the aggregator state, so noise is reproducible and resumable.
+tensorflow-privacy 0.9.0 draws its noise from TF's stateful RNG, whose
+process-wide generator is seeded with 32 bits of OS entropy, and a run
+resumed from a checkpoint cannot repeat the noise it would have drawn.
+These queries keep a stateless seed in their global state, draw noise with
+`tf.random.stateless_normal`, and advance the seed every round
+(`tf.random.experimental.stateless_split`); the seed is saved with the
+aggregator state, so a resumed run continues the same noise stream.
 
-Privacy meaning is unchanged: clipping in `preprocess_record`, Gaussian noise
-of standard deviation `stddev` in `get_noised_result`, and the same DpEvent
-(`GaussianDpEvent(stddev / l2_norm_clip)`; adaptive clipping composes the sum
-and the clipped-count events).
+The noise seed is privacy-relevant: whoever knows it can regenerate the
+noise and subtract it from the release. `noise_seed=None` (the default
+everywhere in `tff_dp.aggregators`) draws a fresh 128-bit seed from the OS
+(`secrets`) when the query is built; it lives only in the server's
+memory and in the aggregator state (checkpoints), never in flags or logs.
+An int or a pair of ints gives reproducible noise for research runs; the
+guarantee then assumes that seed is kept secret.
+
+Privacy meaning is otherwise that of tensorflow-privacy: clipping in
+`preprocess_record` (guarded: a record with a NaN or an infinity, or whose
+float32 norm overflows, is clipped in float64 or zeroed, so it never
+contributes more than the clip), Gaussian noise of standard deviation
+`stddev` in `get_noised_result`, and the same DpEvent
+(`GaussianDpEvent(stddev / l2_norm_clip)`; adaptive clipping composes the
+sum and the clipped-count events).
 """
 
 import collections
-from typing import Sequence, Union
+import secrets
+from typing import Optional, Sequence, Union
 
 import dp_accounting
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
+from tff_dp.aggregators import finite_guard
+
 SeedLike = Union[int, Sequence[int]]
+# None: a secret seed from OS entropy; an int or pair: reproducible noise.
+NoiseSeed = Optional[SeedLike]
+
+
+def secret_seed() -> tuple[int, int]:
+  """A fresh stateless seed pair (128 bits) from the OS's CSPRNG."""
+  return tuple(secrets.randbits(64) - 2**63 for _ in range(2))
+
+
+def resolve_seed(seed: NoiseSeed) -> tuple[int, int]:
+  """The int64 seed pair of `seed`: `(s, 0)` for an int, a secret for None.
+
+  Raises:
+    ValueError: If `seed` is not None, an int or a pair of ints in int64.
+  """
+  if seed is None:
+    return secret_seed()
+  if isinstance(seed, bool):
+    raise ValueError(f'seed must be an int or a pair of ints. Found {seed!r}.')
+  if isinstance(seed, int):
+    seed = (seed, 0)
+  try:
+    pair = tuple(int(s) for s in seed)
+  except (TypeError, ValueError):
+    pair = ()
+  if len(pair) != 2 or not all(-(2**63) <= s < 2**63 for s in pair):
+    raise ValueError(
+      f'seed must be an int or a pair of ints in int64. Found {seed!r}.'
+    )
+  return pair
+
+
+def offset_seed(seed: NoiseSeed, offset: int) -> NoiseSeed:
+  """An independent stream: `seed + offset` for an int, a new secret for None.
+
+  Aggregators with several noised releases give each its own stream this way
+  (an int seed keeps the streams they had before secret seeds existed).
+  """
+  if seed is None:
+    return None
+  if isinstance(seed, int) and not isinstance(seed, bool):
+    return seed + offset
+  a, b = resolve_seed(seed)
+  return (a, b + offset)
 
 
 def _seed_tensor(seed: SeedLike) -> tf.Tensor:
-  if isinstance(seed, int):
-    seed = (seed, 0)
-  seed = tuple(int(s) for s in seed)
-  if len(seed) != 2:
-    raise ValueError(f'seed must be an int or a pair of ints. Found {seed!r}.')
-  return tf.constant(seed, tf.int64)
+  return tf.constant(resolve_seed(seed), tf.int64)
 
 
 def add_stateless_gaussian_noise(structure, stddev, seed):
@@ -59,16 +112,31 @@ def add_stateless_gaussian_noise(structure, stddev, seed):
 
 
 class SeededGaussianSumQuery(tfp.GaussianSumQuery):
-  """`tfp.GaussianSumQuery` with noise from a stateless seed in its state."""
+  """`tfp.GaussianSumQuery` with noise from a stateless seed in its state.
+
+  `seed=None` draws a secret seed (see the module docstring).
+  """
 
   _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
     '_GlobalState', ['l2_norm_clip', 'stddev', 'seed']
   )
 
-  def __init__(self, l2_norm_clip: float, stddev: float, seed: SeedLike):
+  def __init__(self, l2_norm_clip: float, stddev: float, seed: NoiseSeed):
     super().__init__(l2_norm_clip, stddev)
-    self._seed = seed
-    _seed_tensor(seed)  # Validates.
+    # Resolved once: the initial state (and so a rebuilt computation) of
+    # this query always starts the same stream.
+    self._seed = resolve_seed(seed)
+
+  def preprocess_record_impl(self, params, record):
+    """`(record clipped to L2 norm params, its norm)`, guarded.
+
+    The fast path is tensorflow-privacy's `tf.clip_by_global_norm` (same
+    bits); a record whose float32 norm is not finite is clipped in float64,
+    or zeroed if it holds a NaN or an infinity (`finite_guard.clip_flat`).
+    The adaptive-clip query reads the norm from here too.
+    """
+    clipped, norm = finite_guard.clip_flat(tf.nest.flatten(record), params)
+    return tf.nest.pack_sequence_as(record, clipped), norm
 
   def make_global_state(self, l2_norm_clip, stddev, seed=None):
     return self._GlobalState(
@@ -103,7 +171,7 @@ class SeededQuantileEstimatorQuery(tfp.QuantileEstimatorQuery):
     expected_num_records,
     geometric_update=True,
     *,
-    seed: SeedLike,
+    seed: NoiseSeed,
   ):
     self._seed = seed  # Read by _construct_below_estimate_query.
     super().__init__(
@@ -131,7 +199,7 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
   """`tfp.QuantileAdaptiveClipSumQuery` (Andrew et al. 2021) with seeds.
 
   The sum query and the clipped-count query draw from independent seeds
-  `(seed, 0)` and `(seed, 1)`.
+  `(seed, 0)` and `(seed, 1)` (two independent secrets for `seed=None`).
   """
 
   def __init__(
@@ -144,7 +212,7 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
     expected_num_records,
     geometric_update=True,
     *,
-    seed: int,
+    seed: Optional[int],
   ):
     super().__init__(
       initial_l2_norm_clip,
@@ -162,12 +230,12 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
       clipped_count_stddev,
       expected_num_records,
       geometric_update,
-      seed=(seed, 1),
+      seed=None if seed is None else (seed, 1),
     )
     self._sum_query = SeededGaussianSumQuery(
       initial_l2_norm_clip,
       noise_multiplier * initial_l2_norm_clip,
-      seed=(seed, 0),
+      seed=None if seed is None else (seed, 0),
     )
 
   def get_noised_result(self, sample_state, global_state):

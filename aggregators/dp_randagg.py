@@ -17,6 +17,10 @@ kept coordinates are not rescaled by d/k (`rescale=True` gives the unbiased
 d/k version). The k coordinates are drawn without replacement as the top-k
 of a stateless uniform draw over the d coordinates.
 
+Randomness: the coordinates are public (broadcast to every client) and
+come from `seed`; the noise comes from `noise_seed`, a separate stream that
+is secret by default (see `dp_fedavg.gaussian_fixed`).
+
 State: `seed` (the coordinate sampler's stateless seed, advanced every
 round) and `dp` (TFF's DPAggregatorState of the k-dim DP sum, whose
 `dp_event` the privacy ledger reads). Measurements: `dp` (the inner DP
@@ -32,6 +36,7 @@ import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_queries
 
 
 def _flat_spec(value_type):
@@ -39,7 +44,7 @@ def _flat_spec(value_type):
 
 
 def initial_coordinate_seed(seed: int) -> np.ndarray:
-  """The coordinate sampler's first state (`[seed, 0]` seeds the noise)."""
+  """The coordinate sampler's first state (public)."""
   return np.array([int(seed), 1], np.int64)
 
 
@@ -67,6 +72,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     num_coordinates: Optional[int] = None,
     fraction: Optional[float] = None,
     seed: int = 0,
+    noise_seed: dp_queries.NoiseSeed = None,
     rescale: bool = False,
     secure_sum: bool = True,
     fixed_indices: Optional[np.ndarray] = None,
@@ -80,7 +86,9 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
       clip: L2 clip of each client's k-dim vector, > 0.
       num_coordinates: k, in [1, d] (checked against d at `create`).
       fraction: k/d in (0, 1], if `num_coordinates` is not given.
-      seed: Seed of the coordinate sampler and (as `seed`) of the noise.
+      seed: Seed of the coordinate sampler (public randomness).
+      noise_seed: Seed of the noise: None (default) draws a secret one; an
+        int gives reproducible noise (keep it secret).
       rescale: Multiply decoded coordinates by d/k (unbiased estimate).
       secure_sum: Sum the k-vectors with `tff.aggregators.SecureSumFactory`
         (bounds +-clip, which a clipped vector's coordinates already meet).
@@ -121,6 +129,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     self._num_coordinates = num_coordinates
     self._fraction = fraction
     self._seed = int(seed)
+    self._noise_seed = dp_queries.resolve_seed(noise_seed)
     self._rescale = bool(rescale)
     self._secure_sum = bool(secure_sum)
 
@@ -147,7 +156,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
       self._noise_multiplier,
       self._clients_per_round,
       self._clip,
-      seed=self._seed,
+      noise_seed=self._noise_seed,
       record_aggregation_factory=(
         tff.aggregators.SecureSumFactory(self._clip, -self._clip)
         if self._secure_sum

@@ -36,7 +36,10 @@ One aggregation factory, three settings:
   and the bit's (multiplier sigma_b, sensitivity 1), composed in the event
   (`round_event`), which the ledger merges exactly.
 
-Noise is seeded and stateless (the seed is in the state). The output is the
+Noise is seeded and stateless (the seed is in the state), from `noise_seed`
+(secret by default), never from the hashes' public `seed`; each clipped
+sketch is guarded (`finite_guard`): NaN counters or a float32 norm overflow
+never lift a client past the clip. The output is the
 k-sparse Delta in the value's own structure, so the factory drops into
 `tff.learning` algorithms as an unweighted aggregator; apply it with server
 SGD at learning rate 1 and no server momentum (momentum lives here).
@@ -56,6 +59,8 @@ import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import count_sketch
+from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import finite_guard
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
 
@@ -128,6 +133,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     clip: Optional[float] = None,
     adaptive: Optional[AdaptiveClip] = None,
     seed: int = 0,
+    noise_seed: dp_queries.NoiseSeed = None,
     hashing: str = 'murmur',
   ):
     """Checks the arguments (k against d at `create`).
@@ -144,7 +150,10 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
       clip: The (initial, with `adaptive`) clip, > 0; required with
         `noise_multiplier`.
       adaptive: DPSFL-AC's adaptive clip; None: a fixed clip.
-      seed: Seeds the hashes and the noise.
+      seed: Seeds the hashes (public randomness).
+      noise_seed: Seeds the noise of the sketch and of DPSFL-AC's bit: None
+        (default) draws a secret; an int s starts the stream (s, 7) (keep
+        it secret).
       hashing: The count sketch's hash family, 'murmur' or 'block' (see
         `count_sketch`; 'block' needs d <= 1024 x columns).
 
@@ -185,6 +194,9 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clip = float(clip) if private else None
     self._adaptive = adaptive
     self._seed = int(seed)
+    if isinstance(noise_seed, (int, np.integer)):
+      noise_seed = (int(noise_seed), 7)
+    self._noise_seed = dp_queries.resolve_seed(noise_seed)
     self._hashing = hashing
 
   @property
@@ -213,7 +225,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
     clients = self._clients
     sqrt_rows = math.sqrt(rows)
     table_type = tff.TensorType(np.float32, [rows, cols])
-    seed = self._seed
+    noise_seed = self._noise_seed
 
     def flatten(value):
       return tf.concat(
@@ -231,7 +243,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
         error=tf.zeros([rows, cols]),
         clip=tf.constant(self._clip or 0.0, tf.float32),
         top_k=tf.zeros([k], tf.int32),
-        seed=tf.constant([seed, 7], tf.int64),
+        seed=tf.constant(noise_seed, tf.int64),
       )
 
     server_type = initial_server.type_signature.result
@@ -252,9 +264,20 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
         return collections.OrderedDict(table=table, bit=tf.constant(0.0))
       bound = sqrt_rows * clip
       norm = tf.norm(table)
-      factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-30))
+
+      def fast():
+        factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-30))
+        return table * factor / bound, factor
+
+      def slow():  # NaN/Inf counters (zeroed) or a float32 norm overflow.
+        (bounded,), _, norm64 = finite_guard.bound_in_float64([table], bound)
+        factor = tf.minimum(
+          tf.constant(1.0, tf.float64), tf.cast(bound, tf.float64) / norm64
+        )
+        return bounded / bound, tf.cast(factor, tf.float32)
+
       # In [-1, 1] entrywise: the clipped sketch over its norm bound.
-      scaled = table * factor / bound
+      scaled, factor = tf.cond(tf.math.is_finite(norm), fast, slow)
       bit = tf.constant(0.0)
       if adaptive is not None:
         impact = (1.0 - factor) * tf.norm(tf.gather(g, top_k))
@@ -379,7 +402,7 @@ def fetchsgd(
 ) -> SketchAggregatorFactory:
   """FetchSGD: sketched updates, momentum and error feedback, no DP.
 
-  `options`: `momentum`, `learning_rate`, `seed`, `hashing` (see
+  `options`: `momentum`, `learning_rate`, `seed`, `noise_seed`, `hashing` (see
   `SketchAggregatorFactory`).
   """
   return SketchAggregatorFactory(rows=rows, columns=columns, k=k, **options)

@@ -19,6 +19,13 @@ also rescales any value whose norm (computed in float64) exceeds
 `MAX_NORM` = 1e18 to exactly that norm, keeping its direction: for any
 clip below 1e18 the clipped contribution is unchanged (the direction
 times the clip), and the sensitivity the ledger assumes holds.
+
+A compressed payload computed from a bounded update can still overflow
+(CMP-Fed's U = Delta V, a sketch's counters), so every DP clip in
+`tff_dp.aggregators` goes through `clip_flat`: `tf.clip_by_global_norm`
+when the float32 norm is finite, else the payload clipped in float64, or
+zeroed if it holds a NaN or an infinity. Clip what you noise, and guard
+what you release.
 """
 
 import collections
@@ -28,6 +35,49 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 MAX_NORM = 1e18
+
+
+def bound_in_float64(flat, bound):
+  """`(flat zeroed if non-finite, then scaled to norm <= bound; flag)`.
+
+  The norm is computed in float64, so finite values whose float32 norm
+  overflows are scaled, not turned into NaN. `flag` is 1 (int32) if `flat`
+  held a NaN or an infinity (then the result is zeros), else 0.
+  """
+  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+  zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
+  norm = tf.sqrt(
+    tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float64))) for t in zeroed])
+  )
+  scale = tf.minimum(
+    tf.constant(1.0, tf.float64),
+    tf.cast(bound, tf.float64)
+    / tf.maximum(norm, tf.constant(1e-300, tf.float64)),
+  )
+  bounded = [tf.cast(tf.cast(t, tf.float64) * scale, t.dtype) for t in zeroed]
+  return bounded, tf.cast(tf.logical_not(finite), tf.int32), norm
+
+
+def clip_flat(flat, clip):
+  """`(flat clipped to global L2 norm clip, its norm)`, safe on any input.
+
+  Equal to `tf.clip_by_global_norm(flat, clip)` when the float32 norm is
+  finite; otherwise `bound_in_float64` (a NaN or infinity gives zeros).
+  The norm returned is float32 (infinite for a finite value whose norm
+  overflows float32; 0 for a zeroed one).
+  """
+  flat = list(flat)
+  norm = tf.linalg.global_norm(flat)
+
+  def fast():
+    clipped, _ = tf.clip_by_global_norm(flat, clip, use_norm=norm)
+    return clipped, norm
+
+  def slow():
+    bounded, _, norm64 = bound_in_float64(flat, clip)
+    return bounded, tf.cast(norm64, tf.float32)
+
+  return tf.cond(tf.math.is_finite(norm), fast, slow)
 
 
 class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -53,23 +103,8 @@ class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
       ok = tf.logical_and(tf.math.is_finite(norm32), norm32 <= MAX_NORM)
 
       def slow():
-        finite = tf.reduce_all(
-          [tf.reduce_all(tf.math.is_finite(t)) for t in flat]
-        )
-        zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
-        norm = tf.sqrt(
-          tf.add_n(
-            [tf.reduce_sum(tf.square(tf.cast(t, tf.float64))) for t in zeroed]
-          )
-        )
-        scale = tf.minimum(
-          tf.constant(1.0, tf.float64),
-          MAX_NORM / tf.maximum(norm, tf.constant(1e-300, tf.float64)),
-        )
-        bounded = [
-          tf.cast(tf.cast(t, tf.float64) * scale, t.dtype) for t in zeroed
-        ]
-        return bounded, tf.cast(tf.logical_not(finite), tf.int32)
+        bounded, bad, _ = bound_in_float64(flat, MAX_NORM)
+        return bounded, bad
 
       def fast():
         return [tf.identity(t) for t in flat], tf.constant(0, tf.int32)

@@ -37,6 +37,8 @@ class MethodParams:
   noise_multiplier: float = 0.0
   clip: float = 1.0
   seed: int = 0
+  # None: every aggregator draws a secret noise seed (OS entropy).
+  noise_seed: Optional[int] = None
   target_unclipped_quantile: float = 0.5
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
@@ -219,7 +221,10 @@ register(
     ),
     private=True,
     build_aggregator=lambda p: dp_fedavg.gaussian_fixed(
-      p.noise_multiplier, p.expected_clients_per_round, p.clip, seed=p.seed
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      p.clip,
+      noise_seed=p.noise_seed,
     ),
     upload_bytes=_dense_upload,
     round_event=_gaussian,
@@ -241,7 +246,7 @@ register(
       initial_clip=p.clip,
       target_unclipped_quantile=p.target_unclipped_quantile,
       learning_rate=p.clip_learning_rate,
-      seed=p.seed,
+      noise_seed=p.noise_seed,
     ),
     upload_bytes=_dense_upload,
     round_event=_gaussian,  # The effective multiplier; the state has both.
@@ -308,6 +313,7 @@ register(
       p.clip,
       num_coordinates=_randagg_k(p),
       seed=p.seed,
+      noise_seed=p.noise_seed,
     ),
     upload_bytes=lambda p: dp_randagg.upload_bytes(_randagg_k(p)),
     # The round's k coordinate indices (int32) come down with the model.
@@ -320,7 +326,10 @@ register(
 
 def _dp_fedavg_aggregator(p: MethodParams):
   return dp_fedavg.gaussian_fixed(
-    p.noise_multiplier, p.expected_clients_per_round, p.clip, seed=p.seed
+    p.noise_multiplier,
+    p.expected_clients_per_round,
+    p.clip,
+    noise_seed=p.noise_seed,
   )
 
 
@@ -411,6 +420,7 @@ def _fl_top_method(name: str, private: bool) -> Method:
       num_coordinates=len(p.top_k_indices),
       fixed_indices=p.top_k_indices,
       seed=p.seed,
+      noise_seed=p.noise_seed,
     )
 
   return Method(
@@ -448,6 +458,7 @@ def _fl_basic_method(name: str, private: bool) -> Method:
       p.clip,
       num_coordinates=_top_k_count(p),
       seed=p.seed,
+      noise_seed=p.noise_seed,
     )
 
   return Method(
@@ -506,6 +517,7 @@ def _sketch_method(name: str) -> Method:
       clip=p.clip if private else None,
       adaptive=_dpsfl_adaptive(p) if adaptive else None,
       seed=p.seed,
+      noise_seed=p.noise_seed,
     )
 
   descriptions = {
@@ -567,6 +579,7 @@ def _low_rank_method(name: str) -> Method:
       clip_u=p.cmp_clip_u if p.cmp_clip_u is not None else p.clip,
       clip_v=p.cmp_clip_v if p.cmp_clip_v is not None else p.clip,
       seed=p.seed,
+      noise_seed=p.noise_seed,
     )
 
   return Method(

@@ -184,7 +184,21 @@ _SERVER_MOMENTUM = flags.DEFINE_float(
   'server_momentum', _D.server_momentum, 'Server momentum.'
 )
 _SEED = flags.DEFINE_integer(
-  'seed', _D.seed, 'Seed of sampling, noise, shuffling and weights.'
+  'seed',
+  _D.seed,
+  'Seed of the public randomness: model initialisation, sketch hashes, '
+  "DP-RandAgg/FL-BASIC coordinates, CMP-Fed's V_0. Never the DP noise or "
+  'the client sampling (see --noise_seed).',
+)
+_NOISE_SEED = flags.DEFINE_integer(
+  'noise_seed',
+  None,
+  'Seed of the privacy-relevant randomness (DP noise, client sampling, '
+  'local shuffles). Default: unset, drawn from OS entropy and kept only in '
+  'the checkpointed server state. Setting it makes the run reproducible '
+  'for research, and the DP guarantee then assumes this seed is kept '
+  'secret: whoever knows it can regenerate and subtract the noise. Its '
+  'value is never written to the outputs.',
 )
 _EVAL_EVERY = flags.DEFINE_integer(
   'eval_every', _D.eval_every, 'Evaluate every N rounds (and the last).'
@@ -246,6 +260,13 @@ _CLIP_PROBE = flags.DEFINE_integer(
   'If > 0: set --clip to --clip_fraction of the average update norm of '
   'this many rounds of non-private FedAvg first (seed 003; a tuning step '
   'outside the privacy ledger).',
+)
+_CLIP_SOURCE = flags.DEFINE_string(
+  'clip_source',
+  None,
+  'How --clip was chosen, if from client data outside the privacy ledger '
+  '(e.g. "median update norm of a non-private run"): recorded in '
+  "summary.json's privacy.tuning_outside_ledger.",
 )
 _CLIP_FRACTION = flags.DEFINE_float(
   'clip_fraction', 0.5, 'Fraction of the FedAvg update norm, in (0, 1].'
@@ -334,6 +355,8 @@ def config_from_flags() -> training.ExperimentConfig:
     server_lr=_SERVER_LR.value,
     server_momentum=_SERVER_MOMENTUM.value,
     seed=_SEED.value,
+    noise_seed=_NOISE_SEED.value,
+    clip_source=_CLIP_SOURCE.value,
     eval_every=_EVAL_EVERY.value,
     checkpoint_every=_CKPT_EVERY.value,
     max_concurrent_computation_calls=_CONCURRENCY.value,
@@ -374,7 +397,15 @@ def main(argv):
       f'clip = {_CLIP_FRACTION.value:g} x FedAvg mean update norm over '
       f'{_CLIP_PROBE.value} rounds = {clip:.6g}'
     )
-    config = dataclasses.replace(config, clip=clip)
+    config = dataclasses.replace(
+      config,
+      clip=clip,
+      clip_source=(
+        f'{_CLIP_FRACTION.value:g} x the mean update norm of '
+        f'{_CLIP_PROBE.value} rounds of non-private FedAvg on client data '
+        '(--clip_from_fedavg_rounds; outside the privacy ledger)'
+      ),
+    )
   summary = training.run_experiment(config)
   final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
   eps = ''

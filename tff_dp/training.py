@@ -17,6 +17,15 @@
 A rerun of the same command in the same output directory resumes from the
 last checkpoint, ledger and RNG included, so epsilon never resets and the
 result equals an uninterrupted run.
+
+Randomness: `seed` drives only public randomness (model initialisation,
+sketch hashes, DP-RandAgg and FL-BASIC coordinates, CMP-Fed's V_0). The
+privacy-relevant randomness, the DP noise and the client sampler (with the
+local shuffles it seeds), comes from `noise_seed`: None (the default) draws
+it from OS entropy, and it then lives only in the checkpointed server state,
+never in config.json, summary.json, metrics.csv, TensorBoard or the logs.
+An int `noise_seed` makes the run reproducible; the guarantee then assumes
+that seed is kept secret (the summary says so).
 """
 
 import csv
@@ -101,6 +110,11 @@ class ExperimentConfig:
   server_lr: float = 1.0
   server_momentum: float = 0.0
   seed: int = 0
+  # None: noise and sampling from OS entropy (secret); see the docstring.
+  noise_seed: Optional[int] = None
+  # How --clip was chosen, if from client data outside the ledger (recorded
+  # in the summary's privacy section), e.g. 'clip_from_fedavg'.
+  clip_source: Optional[str] = None
   eval_every: int = 1
   checkpoint_every: int = 10
   max_concurrent_computation_calls: int = 3
@@ -139,6 +153,9 @@ class ExperimentConfig:
       _check_int(name, getattr(self, name), 1)
     if self.local_steps is not None:
       _check_int('local_steps', self.local_steps, 1)
+    _check_int('seed', self.seed, 0)
+    if self.noise_seed is not None:
+      _check_int('noise_seed', self.noise_seed, 0)
     if self.client_sampling_rate is not None:
       if self.clients_per_round is not None:
         raise ValueError(
@@ -241,9 +258,24 @@ class ExperimentConfig:
       )
 
   def to_dict(self) -> dict[str, Any]:
+    """The config as written to config.json and summary.json.
+
+    The noise seed's value is never written: only whether it was given.
+    """
     d = dataclasses.asdict(self)
     d['task_kwargs'] = dict(self.task_kwargs)
+    d['noise_seed'] = noise_seed_status(self.noise_seed)
     return d
+
+
+def noise_seed_status(noise_seed: Optional[int]) -> str:
+  """What the outputs say of the noise seed (never its value)."""
+  if noise_seed is None:
+    return 'secret: drawn from OS entropy, kept only in the server state'
+  return (
+    'given by --noise_seed (reproducible): the guarantee assumes this seed '
+    'is kept secret'
+  )
 
 
 def _check_int(name, value, minimum):
@@ -673,7 +705,9 @@ def run_experiment(
   num_params = params.num_model_params
 
   state = process.initialize()
-  rng = np.random.default_rng(config.seed)
+  # Privacy-relevant: the cohort (and the local shuffles). OS entropy
+  # unless --noise_seed; its state is checkpointed, never logged.
+  rng = np.random.default_rng(config.noise_seed)
   ledger = privacy.PrivacyLedger(sampling, delta) if method.private else None
   rows: list[dict] = []
   start_round = 1
@@ -837,6 +871,7 @@ def run_experiment(
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
     else [],
+    'privacy': privacy_section(config, task, method, sampling, ledger),
     'epsilon_rdp': final.get('epsilon_rdp'),
     'epsilon_pld': final.get('epsilon_pld'),
     'bytes_per_client_per_round': dataclasses.asdict(cost),
@@ -854,6 +889,70 @@ def run_experiment(
   if config.local_workers:
     distributed.stop_local_workers()
   return summary
+
+
+# What a run writes that is not covered by the ledger's guarantee.
+NON_PRIVATE_OUTPUTS = (
+  'sampled_clients and empty_clients_skipped (the realised cohort size)',
+  'train_loss and every client_work/* metric (cohort means of client '
+  'values, no noise)',
+  'update diagnostics: update_norm_*, fraction_clipped, angles, '
+  'diagnostics.jsonl histograms (pre-clip client norms)',
+  'non_finite_clients (a count of clients)',
+  "DPSFL's num_clients and DDGauss's actual_num_clients measurements",
+)
+_MEDICAL_TASKS = ('physionet2012', 'heart_disease')
+
+
+def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
+  """The run's choices made from client data outside the privacy ledger."""
+  steps = []
+  if config.clip_source:
+    steps.append(f'clip {config.clip:.6g}: {config.clip_source}')
+  if config.task in _MEDICAL_TASKS:
+    steps.append(
+      'feature standardisation, imputation means and the loss pos_weight '
+      "are fitted on the pooled training data of all clients (the task's "
+      'preprocessing)'
+    )
+  if method.setup is not None and config.method.startswith('fl_top'):
+    steps.append(
+      "FL-TOP's Top-K mask is chosen on a server-held public batch "
+      '(not client data; EMNIST digits stand in for the public set)'
+    )
+  return steps
+
+
+def privacy_section(config, task, method, sampling, ledger) -> dict:
+  """The summary's account of what the run's guarantee covers."""
+  del task
+  if ledger is None:
+    return {
+      'private': False,
+      'non_private_outputs': ['everything: the method adds no noise'],
+      'tuning_outside_ledger': tuning_outside_ledger(config, method),
+    }
+  eps_rdp, eps_pld = ledger.epsilon() if ledger.rounds else (0.0, 0.0)
+  relation = (
+    'add/remove one client (Poisson sampling)'
+    if sampling.mode == 'poisson'
+    else 'replace one client (fixed-size sampling; sensitivity 2 x clip)'
+  )
+  return {
+    'private': True,
+    'unit': "client-level: all of one client's data",
+    'neighbouring_relation': relation,
+    'event_accounted': privacy.event_to_dict(ledger.composed_event()),
+    'delta': ledger.delta,
+    'epsilon_rdp': eps_rdp,
+    'epsilon_pld': eps_pld,
+    'noise_seed': noise_seed_status(config.noise_seed),
+    'noise_seed_secret': config.noise_seed is None,
+    'released': 'the model after each round (final_model_weights.npz, '
+    'test metrics and checkpoints of it)',
+    'non_private_outputs': list(NON_PRIVATE_OUTPUTS),
+    'tuning_outside_ledger': tuning_outside_ledger(config, method),
+  }
 
 
 def save_model_weights(path: pathlib.Path, model_weights) -> None:
@@ -895,9 +994,9 @@ def _check_same_config(
   new = json.loads(json.dumps(config.to_dict()))
   # A flag added after the run started: its default is the behaviour the
   # run had (new flags only ever default to the old behaviour).
-  for field in dataclasses.fields(ExperimentConfig):
-    if field.name not in old and field.default is not dataclasses.MISSING:
-      old[field.name] = json.loads(json.dumps(field.default))
+  defaults = json.loads(json.dumps(ExperimentConfig().to_dict()))
+  for name, value in defaults.items():
+    old.setdefault(name, value)
   # Where and how fast it runs does not change the results.
   for key in _EXECUTION_ONLY:
     old.pop(key, None)
@@ -936,6 +1035,12 @@ def clip_from_fedavg(
     update_diagnostics=True,
     noise_multiplier=None,
     target_epsilon=None,
+    clip_source=None,
+    # Non-private and outside the ledger anyway: a cohort from the public
+    # seed, so that a rerun (resume) finds the same clip.
+    noise_seed=config.noise_seed
+    if config.noise_seed is not None
+    else (config.seed),
   )
   rows = []
   run_experiment(probe, rows_out=rows)

@@ -42,7 +42,9 @@ def test_event_in_state_is_gaussian():
 
 def test_noise_std_and_seeded_reproducibility():
   z, clip, n = 2.0, 0.5, 1
-  factory = dp_fedavg.gaussian_fixed(z, clients_per_round=n, clip=clip, seed=7)
+  factory = dp_fedavg.gaussian_fixed(
+    z, clients_per_round=n, clip=clip, noise_seed=7
+  )
   outs = _run(factory, [np.zeros(3, np.float32)], rounds=300)
   noise = np.stack([o.result for o in outs]).ravel()
   # 900 draws of N(0, (z * clip / n)^2) = N(0, 1): the sample std is within
@@ -53,14 +55,14 @@ def test_noise_std_and_seeded_reproducibility():
   assert not np.allclose(outs[0].result, outs[1].result)
   # ... and the same seed gives the same stream.
   again = _run(
-    dp_fedavg.gaussian_fixed(z, n, clip, seed=7),
+    dp_fedavg.gaussian_fixed(z, n, clip, noise_seed=7),
     [np.zeros(3, np.float32)],
     rounds=3,
   )
   for a, b in zip(outs[:3], again):
     np.testing.assert_array_equal(a.result, b.result)
   other = _run(
-    dp_fedavg.gaussian_fixed(z, n, clip, seed=8),
+    dp_fedavg.gaussian_fixed(z, n, clip, noise_seed=8),
     [np.zeros(3, np.float32)],
     rounds=1,
   )

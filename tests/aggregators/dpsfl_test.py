@@ -84,7 +84,13 @@ def test_dpsfl_zero_noise_divides_by_expected_clients_and_clips_the_sketch():
 def test_dpsfl_noise_stddev_per_counter():
   rows, cols, z, clip, n = 3, 2000, 1.5, 0.4, 10
   process = dpsfl.dpsfl(
-    rows, cols, 1, noise_multiplier=z, clients_per_round=n, clip=clip
+    rows,
+    cols,
+    1,
+    noise_multiplier=z,
+    clients_per_round=n,
+    clip=clip,
+    noise_seed=3,
   ).create(TYPE)
   state = process.initialize()
   norms = []
@@ -97,12 +103,20 @@ def test_dpsfl_noise_stddev_per_counter():
   np.testing.assert_allclose(
     per_counter, z * np.sqrt(rows) * clip / n, rtol=0.05
   )
-  # Seeded: a fresh process draws the same noise.
-  again = dpsfl.dpsfl(
-    rows, cols, 1, noise_multiplier=z, clients_per_round=n, clip=clip
-  ).create(TYPE)
-  first = again.next(again.initialize(), [_value({}), _value({})])
-  assert first.measurements['sketch_norm'] == pytest.approx(norms[0])
+  # An int noise seed: a fresh process draws the same noise; the default
+  # (a secret seed) draws other noise.
+  for noise_seed, same in ((3, True), (None, False)):
+    again = dpsfl.dpsfl(
+      rows,
+      cols,
+      1,
+      noise_multiplier=z,
+      clients_per_round=n,
+      clip=clip,
+      noise_seed=noise_seed,
+    ).create(TYPE)
+    first = again.next(again.initialize(), [_value({}), _value({})])
+    assert (first.measurements['sketch_norm'] == norms[0]) == same
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,8 @@ def _config(tmp_path, name, **kw):
     batch_size=32,
     checkpoint_every=1,
     output_dir=str(tmp_path / name),
+    # Runs compared bit for bit: reproducible noise and sampling.
+    noise_seed=0,
   )
   base.update(kw)
   return training.ExperimentConfig(**base)

@@ -22,6 +22,8 @@ def _config(method, noise=0.7, **kwargs):
     batch_size=16,
     client_lr=0.1,
     fuse_client_work=False,
+    # Runs compared bit for bit: reproducible noise and sampling.
+    noise_seed=0,
   )
   base.update(kwargs)
   return training.ExperimentConfig(**base)

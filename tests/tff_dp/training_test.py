@@ -32,6 +32,8 @@ def _config(tmp_path, name, **kwargs):
     client_lr=0.1,
     checkpoint_every=1,
     output_dir=str(tmp_path / name),
+    # Runs compared bit for bit: reproducible noise and sampling.
+    noise_seed=0,
   )
   base.update(kwargs)
   return training.ExperimentConfig(**base)
@@ -187,8 +189,9 @@ def test_fixed_size_sampling_and_nonprivate(tmp_path):
     )
   )
   assert summary['sampling']['mode'] == 'fixed'
+  # Noise 0.5 x clip; replacing a client moves the sum by 2 x clip.
   event = dp_accounting.SampledWithoutReplacementDpEvent(
-    4, 2, dp_accounting.GaussianDpEvent(0.5)
+    4, 2, dp_accounting.GaussianDpEvent(0.25)
   )
   want = (
     rdp.RdpAccountant(
@@ -441,3 +444,96 @@ def test_empty_clients_are_skipped_and_counted(tmp_path, monkeypatch):
   assert [int(r['empty_clients_skipped']) for r in rows] == [1, 1]
   assert [int(r['sampled_clients']) for r in rows] == [4, 4]
   assert np.isfinite(summary['final']['test_loss'])
+
+
+def _texts(output_dir):
+  return {
+    name: (output_dir / name).read_text()
+    for name in ('config.json', 'summary.json', 'metrics.csv')
+  }
+
+
+def test_noise_and_sampling_are_secret_by_default(tmp_path):
+  # Two runs of the same command (same --seed) must not share their noise
+  # or cohorts: with --seed public, shared noise could be regenerated.
+  summaries = [
+    training.run_experiment(_config(tmp_path, name, rounds=2, noise_seed=None))
+    for name in ('a', 'b')
+  ]
+  wa, wb = _final_weights(tmp_path / 'a'), _final_weights(tmp_path / 'b')
+  assert any(not np.array_equal(wa[k], wb[k]) for k in wa)
+  for summary in summaries:
+    section = summary['privacy']
+    assert section['noise_seed_secret'] is True
+    assert section['noise_seed'].startswith('secret')
+    assert section['neighbouring_relation'].startswith('add/remove')
+    assert section['epsilon_rdp'] == summary['epsilon_rdp']
+    assert section['epsilon_pld'] == summary['epsilon_pld']
+    assert section['event_accounted']['type'] == 'ComposedDpEvent'
+    assert any('train_loss' in o for o in section['non_private_outputs'])
+    assert any(
+      'pos_weight' in t for t in section['tuning_outside_ledger']
+    )  # heart_disease's preprocessing.
+  saved = json.loads((tmp_path / 'a' / 'config.json').read_text())
+  assert saved['noise_seed'].startswith('secret')
+
+
+def test_given_noise_seed_reproduces_and_is_never_written(tmp_path):
+  seed = 918273645
+  for name in ('a', 'b'):
+    summary = training.run_experiment(
+      _config(tmp_path, name, rounds=2, noise_seed=seed)
+    )
+  wa, wb = _final_weights(tmp_path / 'a'), _final_weights(tmp_path / 'b')
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+  for name, text in _texts(tmp_path / 'a').items():
+    assert str(seed) not in text, name
+  assert summary['privacy']['noise_seed_secret'] is False
+  assert 'assumes this seed is kept secret' in summary['privacy']['noise_seed']
+
+
+def test_resume_with_secret_noise_continues_the_checkpointed_stream(tmp_path):
+  # The secret seed lives in the checkpointed state: two resumes of the same
+  # checkpoint draw the same noise and cohorts (a fresh secret would not).
+  def crash_after_one(round_num):
+    if round_num == 1:
+      raise _Interrupt()
+
+  config = _config(tmp_path, 'a', rounds=3, noise_seed=None)
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash_after_one)
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  shutil.copytree(tmp_path / 'a', tmp_path / 'b')
+  training.run_experiment(config)
+  training.run_experiment(
+    dataclasses.replace(config, output_dir=str(tmp_path / 'b'))
+  )
+  wa, wb = _final_weights(tmp_path / 'a'), _final_weights(tmp_path / 'b')
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+  ra, rb = (
+    _rows(tmp_path / 'a' / 'metrics.csv'),
+    _rows(tmp_path / 'b' / 'metrics.csv'),
+  )
+  assert [r['sampled_clients'] for r in ra] == [
+    r['sampled_clients'] for r in rb
+  ]
+
+
+def test_fixed_size_summary_names_replace_one(tmp_path):
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'fixed',
+      rounds=1,
+      client_sampling_rate=None,
+      clients_per_round=3,
+    )
+  )
+  section = summary['privacy']
+  assert section['neighbouring_relation'].startswith('replace one')
+  inner = section['event_accounted']['events'][0]['event']
+  # Noise 0.5 x clip, replace-one sensitivity 2 x clip: multiplier 0.25.
+  assert inner['noise_multiplier'] == pytest.approx(0.25)
