@@ -43,7 +43,10 @@ CASES = [
     ),
     'target_unclipped_quantile',
   ),
-  (lambda: ddgauss.ddgauss_mean(1.0, 10, 1.0, bits=0), 'bits'),
+  (
+    lambda: ddgauss.ddgauss_mean(1.0, 10, 1.0, min_clients=10, bits=0),
+    'bits',
+  ),
   (
     lambda: dp_randagg.DPRandAggFactory(1.0, 10, 1.0, fraction=0.0),
     r'fraction must be in \(0, 1\]',

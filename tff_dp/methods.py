@@ -42,6 +42,9 @@ class MethodParams:
   target_unclipped_quantile: float = 0.5
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
+  # DDGauss: public lower bound on the cohort of a released round
+  # (`training.prepare` resolves None from the sampling).
+  ddgauss_min_clients: Optional[int] = None
   randagg_fraction: float = 0.01
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
@@ -142,7 +145,7 @@ class Method:
       (checked before any data is loaded).
     event_from_measurements: If set, maps the round's aggregator
       measurements to the recorded event (for aggregators whose event
-      depends on what ran, e.g. DDGauss's participant count).
+      is read from what ran, e.g. DDGauss's noise scale).
   """
 
   name: str
@@ -276,6 +279,7 @@ register(
       p.noise_multiplier,
       p.expected_clients_per_round,
       p.clip,
+      min_clients=p.ddgauss_min_clients,
       bits=p.ddgauss_bits,
     ),
     # One integer of `bits` bits per coordinate of the DFT-padded vector.
@@ -288,7 +292,10 @@ register(
       p.expected_clients_per_round,
       p.num_model_params,
       p.ddgauss_bits,
+      min_clients=p.ddgauss_min_clients,
     ),
+    # The same event every round: h = min_clients - 1 shares, never the
+    # realised count (a round below min_clients is withheld).
     event_from_measurements=ddgauss.round_event_from_measurements,
     preflight=_ddgauss_preflight,
   )

@@ -100,6 +100,14 @@ _CLIP_LR = flags.DEFINE_float(
 _BITS = flags.DEFINE_integer(
   'ddgauss_bits', _D.ddgauss_bits, 'DDGauss bit width of the modular sum.'
 )
+_MIN_CLIENTS = flags.DEFINE_integer(
+  'ddgauss_min_clients',
+  None,
+  'DDGauss: smallest cohort whose round is released (rounds below it '
+  'release a zero update), an integer in [2, expected cohort]. Default: '
+  'the cohort under fixed-size sampling, the 1% quantile of the cohort '
+  'under Poisson sampling.',
+)
 _RANDAGG = flags.DEFINE_float(
   'randagg_fraction',
   _D.randagg_fraction,
@@ -331,6 +339,7 @@ def config_from_flags() -> training.ExperimentConfig:
     target_unclipped_quantile=_QUANTILE.value,
     clip_learning_rate=_CLIP_LR.value,
     ddgauss_bits=_BITS.value,
+    ddgauss_min_clients=_MIN_CLIENTS.value,
     randagg_fraction=_RANDAGG.value,
     blur_lambda=_BLUR_LAMBDA.value,
     lus_sparsity=_LUS_SPARSITY.value,

@@ -49,6 +49,7 @@ import tensorflow_federated as tff
 
 from tff_dp import composition
 from tff_dp.aggregators import count_sketch
+from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
@@ -86,6 +87,10 @@ class ExperimentConfig:
   target_unclipped_quantile: float = 0.5
   clip_learning_rate: float = 0.2
   ddgauss_bits: int = 20
+  # DDGauss: smallest cohort whose round is released (None: the cohort m
+  # under fixed-size sampling, the 1% quantile of Binomial(N, q) under
+  # Poisson sampling; see `tff_dp.aggregators.ddgauss`).
+  ddgauss_min_clients: Optional[int] = None
   randagg_fraction: float = 0.01
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
@@ -169,6 +174,8 @@ class ExperimentConfig:
         )
     if self.clients_per_round is not None:
       _check_int('clients_per_round', self.clients_per_round, 1)
+    if self.ddgauss_min_clients is not None:
+      _check_int('ddgauss_min_clients', self.ddgauss_min_clients, 2)
     for name in ('client_lr', 'server_lr', 'clip'):
       _check_float(name, getattr(self, name), positive=True)
     for name in ('client_momentum', 'server_momentum'):
@@ -340,6 +347,20 @@ def sampling_for(
   if private:
     return privacy.Sampling('poisson', num_clients, rate=m / num_clients)
   return privacy.Sampling('fixed', num_clients, clients_per_round=m)
+
+
+def ddgauss_min_clients(sampling: privacy.Sampling) -> int:
+  """DDGauss's default cohort lower bound for this sampling.
+
+  Fixed-size sampling of m clients: m. Poisson sampling: the largest k that
+  a Binomial(N, q) cohort falls below with probability <= 1% (so at most
+  1% of rounds are withheld); never the expected cohort rounded down.
+  """
+  if sampling.mode == 'fixed':
+    return sampling.clients_per_round
+  return ddgauss.binomial_min_clients(
+    sampling.num_clients, sampling.rate, withhold_prob=0.01
+  )
 
 
 def sample_clients(
@@ -573,6 +594,10 @@ def prepare(config: ExperimentConfig) -> Prepared:
     num_model_params=num_params,
     expected_clients_per_round=sampling.expected_clients_per_round,
   )
+  if config.method == 'ddgauss' and params.ddgauss_min_clients is None:
+    params = dataclasses.replace(
+      params, ddgauss_min_clients=ddgauss_min_clients(sampling)
+    )
   delta = None
   if method.private:
     delta = (
@@ -899,7 +924,8 @@ NON_PRIVATE_OUTPUTS = (
   'update diagnostics: update_norm_*, fraction_clipped, angles, '
   'diagnostics.jsonl histograms (pre-clip client norms)',
   'non_finite_clients (a count of clients)',
-  "DPSFL's num_clients and DDGauss's actual_num_clients measurements",
+  "DPSFL's num_clients and DDGauss's actual_num_clients and released "
+  'measurements',
 )
 _MEDICAL_TASKS = ('physionet2012', 'heart_disease')
 

@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from tff_dp import contexts
 from tff_dp import methods
+from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
 
 
@@ -37,20 +38,69 @@ def test_tau_and_effective_noise_by_hand():
   assert want < math.sqrt(n) * sigma / l2
 
 
-def test_event_from_measurements():
+def _measurements(n, **overrides):
   m = dict(
-    actual_num_clients=4,
+    actual_num_clients=n,
+    min_clients=5,
     scaled_local_stddev=49.2,
     scaled_inflated_l2=100.0,
     padded_dim=1000,
+    released=int(n >= 5),
   )
-  event = ddgauss.round_event_from_measurements(m)
+  m.update(overrides)
+  return m
+
+
+def test_event_does_not_depend_on_the_realised_cohort():
+  # min_clients = 5: h = 4 shares counted, never the realised n.
+  events = [
+    ddgauss.round_event_from_measurements(_measurements(n))
+    for n in (5, 6, 50, 4, 0)
+  ]
   # The sampler rounds the stddev up: sigma = 50.
-  assert event.noise_multiplier == pytest.approx(1.0)
-  m['actual_num_clients'] = 0
-  assert isinstance(
-    ddgauss.round_event_from_measurements(m), dp_accounting.NoOpDpEvent
+  want = ddgauss.effective_noise_multiplier(100.0, 50, 4, 1000)
+  assert want == pytest.approx(1.0)  # sqrt(4) * 50 / 100; tau underflows.
+  assert all(e == dp_accounting.GaussianDpEvent(want) for e in events)
+  # The target's own share is not counted: 5 shares would give more.
+  assert ddgauss.effective_noise_multiplier(100.0, 50, 5, 1000) > want
+  # Small sigma: the tau term of h = 4 shares (not n) enters too.
+  m = _measurements(50, scaled_local_stddev=0.3, scaled_inflated_l2=1.0)
+  assert ddgauss.round_event_from_measurements(m).noise_multiplier == (
+    pytest.approx(ddgauss.effective_noise_multiplier(1.0, 1, 4, 1000))
   )
+
+
+def test_event_without_noise_or_min_clients():
+  m = _measurements(7, scaled_local_stddev=0.0)
+  assert isinstance(
+    ddgauss.round_event_from_measurements(m), dp_accounting.NonPrivateDpEvent
+  )
+  assert isinstance(
+    ddgauss.planned_round_event(0.0, 1.0, 10, 100, 20, min_clients=5),
+    dp_accounting.NonPrivateDpEvent,
+  )
+  m = _measurements(7)
+  del m['min_clients']
+  with pytest.raises(ValueError, match='must hold min_clients'):
+    ddgauss.round_event_from_measurements(m)
+
+
+def test_binomial_min_clients_is_the_low_quantile():
+  def below(n, q, k):  # P(Binomial(n, q) < k).
+    return sum(math.comb(n, j) * q**j * (1 - q) ** (n - j) for j in range(k))
+
+  for n, q, p in ((100, 0.1, 0.01), (50, 0.3, 0.05), (1000, 0.02, 0.001)):
+    k = ddgauss.binomial_min_clients(n, q, p)
+    assert below(n, q, k) <= p < below(n, q, k + 1)
+  assert ddgauss.binomial_min_clients(7, 1.0) == 7
+  with pytest.raises(ValueError, match='needs min_clients >= 2'):
+    ddgauss.binomial_min_clients(20, 0.05, 0.01)
+  with pytest.raises(ValueError, match=r'rate must be in \(0, 1\]'):
+    ddgauss.binomial_min_clients(20, 0.0)
+  with pytest.raises(ValueError, match=r'withhold_prob must be in \(0, 1\)'):
+    ddgauss.binomial_min_clients(20, 0.5, 1.0)
+  with pytest.raises(ValueError, match='num_clients must be an integer >= 1'):
+    ddgauss.binomial_min_clients(0, 0.5)
 
 
 @pytest.fixture(scope='module')
@@ -60,25 +110,53 @@ def context():
 
 def test_noise_std_and_planned_event_match_what_ran(context):
   z, clip, n, dim = 1.0, 1.0, 3, 2000
-  factory = ddgauss.ddgauss_mean(z, n, clip, bits=20)
+  factory = ddgauss.ddgauss_mean(z, n, clip, min_clients=n, bits=20)
   process = factory.create(tff.TensorType(np.float32, [dim]))
   zeros = [np.zeros(dim, np.float32)] * n
   out = process.next(process.initialize(), zeros)
-  # Mean over the expected 3 clients of noise N(0, (z clip)^2) in total:
-  # stddev z clip / n per coordinate; 2,000 draws, 5% tolerance (~4 s.e.).
-  assert np.std(out.result) == pytest.approx(z * clip / n, rel=0.07)
-  assert abs(np.mean(out.result)) < 4 * (z * clip / n) / math.sqrt(dim)
+  # Each client's noise stddev is z clip / sqrt(h), h = n - 1 = 2; the
+  # mean over the expected 3 clients has stddev sqrt(n / h) z clip / n per
+  # coordinate; 2,000 draws, 7% tolerance (~4.4 s.e.).
+  want_std = math.sqrt(n / (n - 1)) * z * clip / n
+  assert np.std(out.result) == pytest.approx(want_std, rel=0.07)
+  assert abs(np.mean(out.result)) < 4 * want_std / math.sqrt(dim)
+  assert out.measurements['released'] == 1
+  assert out.measurements['min_clients'] == n
   measured = ddgauss.round_event_from_measurements(out.measurements)
-  planned = ddgauss.planned_round_event(z, clip, n, dim, 20)
+  planned = ddgauss.planned_round_event(z, clip, n, dim, 20, min_clients=n)
   assert planned.noise_multiplier == pytest.approx(
     measured.noise_multiplier, rel=1e-6
   )
-  # Inflation of the sensitivity by rounding makes z_eff slightly < z.
+  # h shares give z; inflation of the sensitivity by rounding makes z_eff
+  # slightly < z.
   assert 0.95 * z < measured.noise_multiplier < z
 
 
+def test_round_below_min_clients_releases_zero(context):
+  factory = ddgauss.ddgauss_mean(0.0, 3, 10.0, min_clients=3, bits=20)
+  process = factory.create(tff.TensorType(np.float32, [4]))
+  values = [
+    np.array([1.0, -2.0, 0.5, 0.0], np.float32),
+    np.array([3.0, 0.0, 0.5, 1.0], np.float32),
+    np.array([2.0, 2.0, 2.0, 2.0], np.float32),
+  ]
+  state = process.initialize()
+  withheld = process.next(state, values[:2])
+  np.testing.assert_array_equal(withheld.result, np.zeros(4, np.float32))
+  assert withheld.measurements['released'] == 0
+  assert withheld.measurements['actual_num_clients'] == 2
+  released = process.next(withheld.state, values)
+  assert released.measurements['released'] == 1
+  # sum / 3, up to the rounding error of scale ~1e4.
+  np.testing.assert_allclose(released.result, [2.0, 0.0, 1.0, 1.0], atol=1e-2)
+  # Both rounds record the same event (NonPrivate here: no noise).
+  assert ddgauss.round_event_from_measurements(
+    withheld.measurements
+  ) == ddgauss.round_event_from_measurements(released.measurements)
+
+
 def test_zero_noise_mean(context):
-  factory = ddgauss.ddgauss_mean(0.0, 2, 10.0, bits=20)
+  factory = ddgauss.ddgauss_mean(0.0, 2, 10.0, min_clients=2, bits=20)
   process = factory.create(tff.TensorType(np.float32, [4]))
   values = [
     np.array([1.0, -2.0, 0.5, 0.0], np.float32),
@@ -94,19 +172,31 @@ def test_zero_noise_mean(context):
   [
     (dict(noise_multiplier=-0.1), 'noise_multiplier must be a finite'),
     (
-      dict(expected_clients_per_round=0.5),
-      'expected_clients_per_round must be >= 1',
+      dict(expected_clients_per_round=1.5),
+      'expected_clients_per_round must be >= 2',
     ),
+    (dict(min_clients=1), r'min_clients must be an integer in \[2, 10\]'),
+    (dict(min_clients=11), r'min_clients must be an integer in \[2, 10\]'),
+    (dict(min_clients=4.0), r'min_clients must be an integer in \[2, 10\]'),
+    (dict(min_clients=True), r'min_clients must be an integer in \[2, 10\]'),
     (dict(clip=0.0), 'clip must be a finite number > 0'),
     (dict(bits=23), r'bits must be an integer in \[2, 22\]'),
     (dict(beta=1.0), r'beta must be in \[0, 1\)'),
   ],
 )
 def test_bad_args(kwargs, match):
-  args = dict(noise_multiplier=1.0, expected_clients_per_round=10, clip=1.0)
+  args = dict(noise_multiplier=1.0, expected_clients_per_round=10.5, clip=1.0)
+  args['min_clients'] = 5
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     ddgauss.ddgauss_mean(**args)
+
+
+def test_planned_event_checks_min_clients():
+  with pytest.raises(
+    ValueError, match=r'min_clients must be an integer in \[2, 4\].*Found 1'
+  ):
+    ddgauss.planned_round_event(1.0, 1.0, 4, 100, 20, min_clients=1)
 
 
 def test_preflight_names_the_protobuf_setting():
@@ -147,7 +237,18 @@ def test_ddgauss_run_end_to_end_with_honest_ledger(tmp_path):
   summary = json.loads((out / 'summary.json').read_text())
   event = summary['dp_events'][-1]
   assert event['type'] == 'SampledWithoutReplacementDpEvent'
-  z_eff = event['event']['noise_multiplier']
-  assert 0.95 < z_eff < 1.0  # Inflated sensitivity: slightly below 1.
+  # Fixed-size sampling of 4: min_clients defaults to 4, h = 3 shares, and
+  # every round records the planned event (the ledger's sampling wrapper
+  # applied; it rescales for replace-one neighbouring).
+  planned = ddgauss.planned_round_event(
+    1.0, 1.0, 4, summary['num_model_params'], 20, min_clients=4
+  )
+  assert 0.95 < planned.noise_multiplier < 1.0  # Inflated sensitivity.
+  want = privacy.Sampling(
+    'fixed', summary['num_clients'], clients_per_round=4
+  ).wrap(planned)
+  assert event['event']['noise_multiplier'] == pytest.approx(
+    want.event.noise_multiplier, rel=1e-6
+  )
   # 1,281 params padded to 1,282 coordinates of 20 bits each.
   assert summary['bytes_per_client_per_round']['up'] == math.ceil(1282 * 20 / 8)

@@ -81,7 +81,9 @@ def _process(name):
     'cmp_fed': cmp_fed.cmp_fed(
       2, noise_multiplier=0.0, clients_per_round=1, clip_u=CLIP, clip_v=0.3
     ),
-    'ddgauss': ddgauss.ddgauss_mean(0.0, 1, CLIP, bits=20),
+    # Two clients (DDGauss releases no round below min_clients >= 2): the
+    # adversarial one and a zero update.
+    'ddgauss': ddgauss.ddgauss_mean(0.0, 2, CLIP, bits=20, min_clients=2),
   }
   process = finite_guard.FiniteGuardFactory(factories[name]).create(TYPE)
   return process, process.initialize()
@@ -89,7 +91,10 @@ def _process(name):
 
 def _run(name, flat):
   process, state = _process(name)
-  return process.next(state, [_split(flat)])
+  clients = [_split(flat)]
+  if name == 'ddgauss':
+    clients.append(_split(np.zeros(D, np.float32)))
+  return process.next(state, clients)
 
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
@@ -145,7 +150,9 @@ def test_ddgauss_integer_vector_within_ledger_sensitivity(flat):
   flat_out = np.concatenate([np.ravel(r) for r in out.result])
   assert np.all(np.isfinite(flat_out)), flat_out
   scale = float(meas['scale_factor'])
-  assert _norm(out.result) * scale <= float(meas['scaled_inflated_l2']) * (
+  assert meas['released'] == 1
+  # The mean divides by the 2 expected clients; the zero client adds 0.
+  assert _norm(out.result) * 2 * scale <= float(meas['scaled_inflated_l2']) * (
     1 + 1e-4
   )
   # The inflated bound is the clip up to rounding slack.
@@ -182,3 +189,90 @@ def test_non_finite_input_is_counted():
   out = _run('dp_fedavg', flat)
   assert out.measurements['non_finite_clients'] == 1
   assert _norm(out.result) == 0.0
+
+
+@functools.cache
+def _bare_process(name):
+  """The factory as a user plugs it in: without the runner's finite guard."""
+  contexts.set_simulation_context()
+  factories = {
+    # Secure sum maps a NaN coordinate to +-clip: the payload must be
+    # guarded before it, in the query's clip.
+    'dp_fedavg': dp_fedavg.gaussian_fixed(
+      0.0,
+      1,
+      CLIP,
+      record_aggregation_factory=tff.aggregators.SecureSumFactory(CLIP, -CLIP),
+    ),
+    'dp_randagg': dp_randagg.DPRandAggFactory(
+      0.0, 1, CLIP, num_coordinates=9, seed=1
+    ),
+    'dpsfl': dpsfl.dpsfl(
+      3, 16, 4, noise_multiplier=0.0, clients_per_round=1, clip=CLIP
+    ),
+    'cmp_fed': cmp_fed.cmp_fed(
+      2, noise_multiplier=0.0, clients_per_round=1, clip_u=CLIP, clip_v=0.3
+    ),
+  }
+  process = factories[name].create(TYPE)
+  return process, process.initialize()
+
+
+@pytest.mark.parametrize('name', ['dp_fedavg', 'dp_randagg', 'cmp_fed'])
+@SETTINGS
+@given(flat=vectors)
+def test_released_payload_guarded_without_the_runner_guard(name, flat):
+  process, state = _bare_process(name)
+  out = process.next(state, [_split(flat)])
+  if name == 'cmp_fed':
+    norms = out.measurements['mean_norms']
+    assert norms['u_norm'] <= CLIP * (1 + 1e-4)
+    assert norms['v_norm'] <= 0.3 * (1 + 1e-4)
+  else:
+    assert _norm(out.result) <= CLIP * (1 + 1e-4)
+
+
+@SETTINGS
+@given(flat=vectors)
+def test_sketch_guarded_without_the_runner_guard(flat):
+  process, state = _bare_process('dpsfl')
+  out = process.next(state, [_split(flat)])
+  assert out.measurements['sketch_norm'] <= np.sqrt(3) * CLIP * (1 + 1e-4)
+
+
+def test_cmp_fed_u_overflow_aligned_with_v0_at_the_cnn_dense_size():
+  # The McMahan CNN's dense kernel (3136 x 512) and bias. An update of norm
+  # 1e18 (what the runner's guard lets through) aligned with the broadcast
+  # V_0's first column puts one row of U = Delta V_0 at ~1e18 x ||v_1||
+  # (about 2e19): its float32 square overflows, tf.clip_by_global_norm
+  # returned NaN and secure sum turned each NaN into +-C1, so this one
+  # client contributed C1 sqrt(3136 x 2 + 512) ~ 82 C1. It must stay
+  # within C1 (and V within C2).
+  value_type = tff.StructWithPythonType(
+    [
+      tff.TensorType(np.float32, [3136, 512]),
+      tff.TensorType(np.float32, [512]),
+    ],
+    list,
+  )
+  contexts.set_simulation_context()
+  factory = finite_guard.FiniteGuardFactory(
+    cmp_fed.cmp_fed(
+      2, noise_multiplier=0.0, clients_per_round=1, clip_u=0.01, clip_v=0.3
+    )
+  )
+  process = factory.create(value_type)
+  state = process.initialize()
+  v1 = np.asarray(state['v'][0], np.float64)[:, 0]
+  kernel = np.zeros((3136, 512), np.float64)
+  kernel[0] = 1e18 * v1 / np.linalg.norm(v1)
+  update = [kernel.astype(np.float32), np.zeros(512, np.float32)]
+  u_row = update[0][0].astype(np.float64) @ np.asarray(state['v'][0])
+  assert np.sum(u_row**2) > np.finfo(np.float32).max  # It does overflow.
+  out = process.next(state, [update])
+  assert out.measurements['non_finite_clients'] == 0  # Finite input.
+  norms = out.measurements['mean_norms']
+  assert 0.01 * (1 - 1e-3) <= norms['u_norm'] <= 0.01 * (1 + 1e-4)
+  assert norms['v_norm'] <= 0.3 * (1 + 1e-4)
+  result = np.concatenate([np.ravel(r) for r in out.result])
+  assert np.all(np.isfinite(result))
