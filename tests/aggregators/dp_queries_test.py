@@ -13,11 +13,18 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp import contexts
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _secure_sum_context():
+  contexts.set_simulation_context()  # Simulates secure sum.
+
 
 VEC = tff.TensorType(np.float32, [64])
 MAT = tff.StructWithPythonType(

@@ -368,6 +368,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
     '--delta=1e-3',
     '--batch_size=32',
     '--checkpoint_every=1',
+    '--noise_seed=0',  # Compared with an uninterrupted run, bit for bit.
   ]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
   full = tmp_path / 'full'
@@ -506,10 +507,11 @@ def test_resume_with_secret_noise_continues_the_checkpointed_stream(tmp_path):
   import shutil  # pylint: disable=g-import-not-at-top
 
   shutil.copytree(tmp_path / 'a', tmp_path / 'b')
+  config_b = dataclasses.replace(config, output_dir=str(tmp_path / 'b'))
+  # The copy's config names its own directory (the rest is the same run).
+  (tmp_path / 'b' / 'config.json').write_text(json.dumps(config_b.to_dict()))
   training.run_experiment(config)
-  training.run_experiment(
-    dataclasses.replace(config, output_dir=str(tmp_path / 'b'))
-  )
+  training.run_experiment(config_b)
   wa, wb = _final_weights(tmp_path / 'a'), _final_weights(tmp_path / 'b')
   for k in wa:
     np.testing.assert_array_equal(wa[k], wb[k])
