@@ -65,6 +65,8 @@ def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
       eval_every=2,
       clients_per_round=4,
       batch_size=32,
+      # The probe draws its cohorts and shuffles from the public --seed.
+      noise_seed=config.seed,
     ),
     rows_out=rows,
   )
