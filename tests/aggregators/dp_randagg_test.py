@@ -76,7 +76,7 @@ def test_coordinates_shared_fresh_each_round_and_seeded():
 def test_noise_only_on_selected_coordinates():
   z, clip, n = 2.0, 0.5, 1
   factory = dp_randagg.DPRandAggFactory(
-    z, n, clip, num_coordinates=400, seed=0, secure_sum=False
+    z, n, clip, num_coordinates=400, seed=0, noise_seed=0, secure_sum=False
   )
   process = factory.create(tff.TensorType(np.float32, [1000]))
   state = process.initialize()
