@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tff_dp_installed
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install run test test-pytest lint format bench bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install run test test-pytest lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP)
 
@@ -28,12 +28,13 @@ $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.tx
 # noise multiplier 1.185, delta 1e-4) for 15 of its 180 rounds; prints the
 # test accuracy and epsilon (RDP and PLD). Rounds took 11-16 s each on 2
 # cores in a 20-round run of the same flags.
+# RUN_FLAGS are also what bench-memory and bench-speed time as "ours".
+RUN_FLAGS := --task=fashion_mnist_iid --method=dp_fedavg \
+  --client_sampling_rate=0.016667 --noise_multiplier=1.185 --delta=1e-4 \
+  --clip=1.0 --batch_size=10 --local_epochs=10 --local_steps=10 \
+  --client_lr=0.05 --client_momentum=0.5 --eval_every=5
 run: $(STAMP)
-	$(PY) -m tff_dp.run --task=fashion_mnist_iid --method=dp_fedavg --rounds=15 \
-	  --client_sampling_rate=0.016667 --noise_multiplier=1.185 --delta=1e-4 \
-	  --clip=1.0 --batch_size=10 --local_epochs=10 --local_steps=10 \
-	  --client_lr=0.05 --client_momentum=0.5 --eval_every=5 \
-	  --root_output_dir=runs/make_run
+	$(PY) -m tff_dp.run $(RUN_FLAGS) --rounds=15 --root_output_dir=runs/make_run
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check setup.py tff_dp aggregators tasks tests benchmarks bazel
@@ -59,7 +60,12 @@ bazel-install:
 # Benchmarks write markdown tables (and their JSON rows) to
 # benchmarks/results/. METHOD selects our method for the round-speed run.
 METHOD ?= dp_fedavg
-bench: bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized
+bench: bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized
+
+# 200 rounds of make run's job: RSS of the job and its worker every round
+# (benchmarks/results/memory.{md,png}); rerunning resumes the job.
+bench-memory: $(STAMP)
+	$(PY) -m benchmarks.memory --rounds=200 -- $(RUN_FLAGS)
 
 bench-speed: $(STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)

@@ -16,6 +16,11 @@ def _rss_bytes(pid: int) -> int:
   return 0
 
 
+def rss_bytes(pid: int) -> int:
+  """Resident memory of a live process (0 if it is gone)."""
+  return _rss_bytes(pid)
+
+
 def _children(pid: int) -> list[int]:
   out = []
   try:

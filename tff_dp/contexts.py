@@ -1,9 +1,24 @@
 """Execution contexts for simulation.
 
 TFF's default context cannot run `tff.federated_secure_sum*` ("Cannot embed
-a federated value"); `tff.backends.test.set_sync_test_cpp_execution_context`
-lowers secure sum to a plain sum (simulation) and runs everything else on
-TFF's C++ runtime (the `worker_binary` child), so every method runs in it.
+a federated value"); TFF's test context
+(`tff.backends.test.set_sync_test_cpp_execution_context`) lowers secure sum
+to a plain sum (simulation) and runs everything else on TFF's C++ runtime
+(the `worker_binary` child), so every method runs in it.
+`set_simulation_context` installs that context with two changes:
+
+* Memory. TFF's executor factory keeps one executor per cohort size in a
+  10-entry LRU cache and drops evicted ones without disposing of them on
+  the worker, so every new cohort size (every round, under Poisson
+  sampling) left an executor, with its compiled functions and values,
+  alive in the worker: 150-250 MB a round, without bound
+  (benchmarks/results/memory.md). `BoundedExecutorFactory` keeps at most
+  `max_executors` (default 2: the round's cohort and the client-free
+  calls such as `get_model_weights`) and disposes of each evicted one on
+  the worker.
+* Lifetime. The worker is started by `processes.start_worker_binary`: its
+  own process group, killed by the kernel when Python ends however it
+  ends, and reused by later calls with the same settings.
 
 Threads: the worker runs up to `max_concurrent_computation_calls` client
 computations at once. Their ops share the worker's TF inter-op thread pool
@@ -16,9 +31,27 @@ thread each) kept it at about 1.8 cores and cut the profiled round by
 inter-op threads, or 2 calls on 4, gained nothing. These are the defaults.
 """
 
+import collections
 import os
+import threading
+import time
+from typing import Callable, Optional
 
+import grpc
+import portpicker
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import (
+  compiler as native_compiler,
+)
+from tensorflow_federated.python.core.backends.test import (
+  compiler as test_compiler,
+)
+from tensorflow_federated.python.core.environments.tensorflow_frontend import (
+  tensorflow_computation,
+)
+from tensorflow_federated.python.core.impl.types import placements
+
+from tff_dp import processes
 
 INTRA_OP_ENV = 'TF_NUM_INTRAOP_THREADS'
 INTER_OP_ENV = 'TF_NUM_INTEROP_THREADS'
@@ -34,10 +67,163 @@ def thread_env(intra_op_threads: int, inter_op_threads: int) -> dict[str, str]:
   return env
 
 
+GRPC_OPTIONS = (
+  ('grpc.max_message_length', 2 * 1000 * 1000 * 1000),
+  ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
+  ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
+)
+
+
+def worker_binary_path() -> str:
+  """The `worker_binary` shipped in TFF's wheel."""
+  path = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
+  if not os.path.isfile(path):
+    raise RuntimeError(f'TFF worker_binary not found at {path}.')
+  return path
+
+
+def _cardinality_key(cardinalities) -> tuple:
+  return tuple(sorted((str(k), v) for k, v in cardinalities.items()))
+
+
+class BoundedExecutorFactory(tff.framework.ExecutorFactory):
+  """One executor per cardinality, at most `max_executors` alive at once.
+
+  Like TFF's `ResourceManagingExecutorFactory`, except that an executor
+  evicted from its LRU cache is closed (`close()`: disposed of on the
+  worker with everything it holds) rather than dropped while its worker
+  side lives on.
+  """
+
+  def __init__(
+    self,
+    executor_stack_fn: Callable[[dict], tff.framework.RemoteExecutor],
+    max_executors: int = 2,
+  ):
+    if not isinstance(max_executors, int) or max_executors < 1:
+      raise ValueError(
+        f'max_executors must be an integer >= 1. Found {max_executors!r}.'
+      )
+    self._stack_fn = executor_stack_fn
+    self._max = max_executors
+    self._executors: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  @property
+  def num_executors(self) -> int:
+    return len(self._executors)
+
+  def create_executor(self, cardinalities):
+    key = _cardinality_key(cardinalities)
+    with self._lock:
+      ex = self._executors.get(key)
+      if ex is not None:
+        self._executors.move_to_end(key)
+        return ex
+      evicted = []
+      while len(self._executors) >= self._max:
+        evicted.append(self._executors.popitem(last=False)[1])
+    for old in evicted:
+      old.close()
+    ex = self._stack_fn(dict(cardinalities))
+    with self._lock:
+      self._executors[key] = ex
+    return ex
+
+  def clean_up_executor(self, cardinalities):
+    with self._lock:
+      ex = self._executors.pop(_cardinality_key(cardinalities), None)
+    if ex is not None:
+      ex.close()
+
+  def close_all(self) -> None:
+    with self._lock:
+      executors = list(self._executors.values())
+      self._executors.clear()
+    for ex in executors:
+      ex.close()
+
+
+def remote_executor_factory(
+  stub_fn: Callable[[], tff.framework.RemoteExecutorGrpcStub],
+  max_executors: int = 2,
+) -> BoundedExecutorFactory:
+  """Executors on the worker that `stub_fn()` answers for."""
+
+  def stack_fn(cardinalities):
+    cardinalities.setdefault(placements.CLIENTS, 0)
+    ex = tff.framework.RemoteExecutor(stub_fn())
+    ex.set_cardinalities(cardinalities)
+    return ex
+
+  return BoundedExecutorFactory(stack_fn, max_executors)
+
+
+def compile_for_test_backend(comp):
+  """Secure sums lowered to plain sums (simulation), then native form."""
+  comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+  return native_compiler.desugar_and_transform_to_native(comp)
+
+
+class LocalWorker:
+  """A `worker_binary` on this machine, (re)started on demand."""
+
+  def __init__(self, max_concurrent_computation_calls: int, env: dict):
+    self.settings = (
+      max_concurrent_computation_calls,
+      tuple(sorted(env.items())),
+    )
+    self._max_calls = max_concurrent_computation_calls
+    self._env = env
+    self._lock = threading.Lock()
+    self.process = None
+    self._stub = None
+
+  def stub(self) -> tff.framework.RemoteExecutorGrpcStub:
+    with self._lock:
+      if self._stub is not None and self._stub.is_ready:
+        return self._stub
+      self.stop()
+      port = portpicker.pick_unused_port()
+      self.process = processes.start_worker_binary(
+        worker_binary_path(),
+        port,
+        max_concurrent_computation_calls=self._max_calls,
+        env={**os.environ, **self._env},
+      )
+      channel = grpc.insecure_channel(f'localhost:{port}', GRPC_OPTIONS)
+      stub = tff.framework.RemoteExecutorGrpcStub(channel)
+      while not stub.is_ready:
+        if self.process.poll() is not None:
+          raise RuntimeError(
+            f'TFF worker_binary exited with code {self.process.returncode} '
+            'before it answered.'
+          )
+        time.sleep(0.05)
+      self._stub = stub
+      return stub
+
+  def stop(self) -> None:
+    if self.process is not None:
+      processes.stop_processes([self.process])
+    self.process = None
+    self._stub = None
+
+
+# The simulation context's worker and executor factory (one at a time).
+_LOCAL: dict = {'worker': None, 'factory': None}
+
+
+def local_worker() -> Optional[LocalWorker]:
+  """The worker of the installed simulation context (None before one)."""
+  return _LOCAL['worker']
+
+
 def set_simulation_context(
   max_concurrent_computation_calls: int = 3,
   intra_op_threads: int = 1,
   inter_op_threads: int = 4,
+  max_executors: int = 2,
 ) -> None:
   """Installs TFF's C++ test context (secure sum simulated) as the default.
 
@@ -48,10 +234,13 @@ def set_simulation_context(
     inter_op_threads: TF inter-op threads of the worker (0: TF's default,
       one per core). Both thread counts are read by the worker when it
       starts (the first computation after this call in a process that has
-      no worker yet).
+      no worker with these settings).
+    max_executors: Executors (one per cohort size) kept alive on the
+      worker, >= 1; the least recently used beyond it is disposed of.
 
   Raises:
-    ValueError: If the cap is 0 or below -1, or a thread count is negative.
+    ValueError: If the cap is 0 or below -1, or a thread count is negative,
+      or `max_executors` < 1.
   """
   if max_concurrent_computation_calls == 0 or (
     max_concurrent_computation_calls < -1
@@ -66,7 +255,26 @@ def set_simulation_context(
   ):
     if not isinstance(value, int) or value < 0:
       raise ValueError(f'{name} must be an integer >= 0. Found {value!r}.')
-  os.environ.update(thread_env(intra_op_threads, inter_op_threads))
-  tff.backends.test.set_sync_test_cpp_execution_context(
-    max_concurrent_computation_calls=max_concurrent_computation_calls
+  if not isinstance(max_executors, int) or max_executors < 1:
+    raise ValueError(
+      f'max_executors must be an integer >= 1. Found {max_executors!r}.'
+    )
+  env = thread_env(intra_op_threads, inter_op_threads)
+  worker, factory = _LOCAL['worker'], _LOCAL['factory']
+  if factory is not None:
+    factory.close_all()
+  settings = (max_concurrent_computation_calls, tuple(sorted(env.items())))
+  if worker is None or worker.settings != settings:
+    if worker is not None:
+      worker.stop()
+    worker = LocalWorker(max_concurrent_computation_calls, env)
+  factory = remote_executor_factory(worker.stub, max_executors)
+  _LOCAL.update(worker=worker, factory=factory)
+  tff.framework.set_default_context(
+    tff.framework.SyncExecutionContext(
+      executor_fn=factory,
+      compiler_fn=compile_for_test_backend,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+    )
   )

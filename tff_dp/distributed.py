@@ -23,7 +23,6 @@ worker instead (logged once per computation): correct, not parallel.
 
 import atexit
 import os
-import signal
 import subprocess
 import time
 from typing import Optional, Sequence
@@ -31,9 +30,6 @@ from typing import Optional, Sequence
 from absl import logging
 import grpc
 import portpicker
-from tensorflow_federated.python.core.backends.native import (
-  compiler as native_compiler,
-)
 from tensorflow_federated.python.core.backends.native import (
   mergeable_comp_compiler,
 )
@@ -52,35 +48,16 @@ from tensorflow_federated.python.core.impl.execution_contexts import (
 from tensorflow_federated.python.core.impl.execution_contexts import (
   mergeable_comp_execution_context,
 )
-from tensorflow_federated.python.core.impl.executor_stacks import (
-  python_executor_stacks,
-)
-from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import (
   remote_executor_grpc_stub,
 )
 from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.types import placements
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from tff_dp import contexts
+from tff_dp import processes
 
 _STARTED: list[subprocess.Popen] = []
-_GRPC_OPTIONS = [
-  ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
-  ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
-]
-
-
-def worker_binary_path() -> str:
-  import tensorflow_federated  # pylint: disable=g-import-not-at-top
-
-  path = os.path.join(
-    os.path.dirname(tensorflow_federated.__file__), 'data', 'worker_binary'
-  )
-  if not os.path.isfile(path):
-    raise RuntimeError(f'TFF worker_binary not found at {path}.')
-  return path
 
 
 def start_local_workers(
@@ -102,16 +79,14 @@ def start_local_workers(
   workers = []
   for _ in range(count):
     port = portpicker.pick_unused_port()
-    proc = subprocess.Popen(
-      [
-        worker_binary_path(),
-        f'--port={port}',
-        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}',
-      ],
+    # Own process group, killed by the kernel when this process ends.
+    proc = processes.start_worker_binary(
+      contexts.worker_binary_path(),
+      port,
+      max_concurrent_computation_calls=max_concurrent_computation_calls,
       env=env,
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL,
-      start_new_session=True,
     )
     workers.append((proc, f'127.0.0.1:{port}'))
     _STARTED.append(proc)
@@ -125,16 +100,8 @@ def stop_local_workers() -> None:
   _STARTED.clear()
 
 
-def stop_workers(processes: Sequence[subprocess.Popen]) -> None:
-  for p in processes:
-    if p.poll() is None:
-      os.killpg(p.pid, signal.SIGKILL)
-      p.wait()
-
-
-def _compile_for_worker(comp):
-  comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
-  return native_compiler.desugar_and_transform_to_native(comp)
+def stop_workers(workers: Sequence[subprocess.Popen]) -> None:
+  processes.stop_processes(workers)
 
 
 _STUBS: dict[str, remote_executor_grpc_stub.RemoteExecutorGrpcStub] = {}
@@ -184,7 +151,7 @@ def remote_async_context(
   Raises:
     RuntimeError: If the worker does not answer within `wait_seconds`.
   """
-  channel = grpc.insecure_channel(target, _GRPC_OPTIONS)
+  channel = grpc.insecure_channel(target, contexts.GRPC_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   deadline = time.time() + wait_seconds
   while not stub.is_ready:
@@ -196,17 +163,11 @@ def remote_async_context(
     time.sleep(0.1)
   _STUBS[target] = stub
 
-  def stack_fn(cardinalities):
-    cardinalities.setdefault(placements.CLIENTS, 0)
-    ex = remote_executor.RemoteExecutor(stub)
-    ex.set_cardinalities(cardinalities)
-    return ex
-
   return async_execution_context.AsyncExecutionContext(
-    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-      executor_stack_fn=stack_fn
-    ),
-    compiler_fn=_compile_for_worker,
+    # Executors of cohort sizes no longer in use are disposed of on the
+    # worker (see `contexts.BoundedExecutorFactory`).
+    executor_fn=contexts.remote_executor_factory(lambda: stub),
+    compiler_fn=contexts.compile_for_test_backend,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   )

@@ -1,17 +1,179 @@
-"""Ends the TFF `worker_binary` processes that this Python process started.
+"""Starts TFF `worker_binary` processes that die with this process, and
+ends them.
 
 TFF's C++ execution contexts start a `worker_binary` child and stop it in a
 `__del__` that fails at interpreter shutdown (`subprocess` is already torn
 down), so the child outlives Python and keeps its stdout pipe open: a
-`| tail` or a test runner then hangs. Importing `tff_dp` registers
-`end_worker_binaries` with `atexit`, which runs before that teardown.
+`| tail` or a test runner then hangs; and a SIGTERM or SIGKILL of Python
+runs no Python at all, so the worker was left behind holding its memory.
+
+* `start_worker_binary` starts a worker in its own process group with a
+  parent-death signal (Linux `PR_SET_PDEATHSIG`, SIGKILL): the kernel ends
+  it when this process ends, however it ends (SIGTERM, SIGKILL, a crash).
+  The signal follows the thread that forked the child, so every worker is
+  forked from one daemon thread that lives as long as the process.
+* Importing `tff_dp` registers `end_worker_binaries` with `atexit` (an
+  orderly SIGINT to each worker child, before that teardown).
+* `exit_on_signals` turns SIGTERM (and SIGHUP) into `SystemExit` in the
+  main thread, so `python -m tff_dp.run` stops like on Ctrl-C: `atexit`
+  runs and the workers are ended (checkpoints are written atomically, so
+  the last complete one is kept).
 """
 
 import atexit
+import ctypes
+import ctypes.util
 import gc
 import os
+import queue
 import signal
+import subprocess
+import sys
+import threading
 import time
+from typing import Optional, Sequence
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = None
+try:
+  _LIBC = ctypes.CDLL(
+    ctypes.util.find_library('c') or 'libc.so.6', use_errno=True
+  )
+except OSError:  # Not Linux/glibc: no parent-death signal; atexit only.
+  _LIBC = None
+
+
+def _die_with_parent(parent_pid: int) -> None:
+  """Child side, between fork and exec: SIGKILL when the parent dies."""
+  if _LIBC is not None:
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  # The parent may have died before prctl took effect.
+  if os.getppid() != parent_pid:
+    os._exit(1)
+
+
+class _Spawner:
+  """Forks children from one daemon thread that lives until process exit.
+
+  `PR_SET_PDEATHSIG` fires when the forking *thread* ends, so forking from
+  whichever thread asks (e.g. TFF's event-loop thread, which ends with its
+  execution context) could kill a worker that is still in use.
+  """
+
+  def __init__(self):
+    self._requests: queue.Queue = queue.Queue()
+    self._thread: Optional[threading.Thread] = None
+    self._lock = threading.Lock()
+
+  def _run(self):
+    while True:
+      args, kwargs, box, done = self._requests.get()
+      try:
+        box['process'] = subprocess.Popen(*args, **kwargs)
+      except BaseException as e:  # pylint: disable=broad-except
+        box['error'] = e
+      done.set()
+
+  def popen(self, *args, **kwargs) -> subprocess.Popen:
+    with self._lock:
+      if self._thread is None or not self._thread.is_alive():
+        self._thread = threading.Thread(
+          target=self._run, name='tff_dp-worker-spawner', daemon=True
+        )
+        self._thread.start()
+    box: dict = {}
+    done = threading.Event()
+    self._requests.put((args, kwargs, box, done))
+    done.wait()
+    if 'error' in box:
+      raise box['error']
+    return box['process']
+
+
+_SPAWNER = _Spawner()
+
+
+def popen_dying_with_parent(
+  args: Sequence[str], **popen_kwargs
+) -> subprocess.Popen:
+  """`subprocess.Popen(args, ...)` in its own process group, SIGKILLed by
+  the kernel when this process ends (however it ends)."""
+  parent = os.getpid()
+  return _SPAWNER.popen(
+    list(args),
+    process_group=0,
+    preexec_fn=lambda: _die_with_parent(parent),
+    **popen_kwargs,
+  )
+
+
+def start_worker_binary(
+  binary_path: str,
+  port: int,
+  *,
+  max_concurrent_computation_calls: int = -1,
+  env: Optional[dict] = None,
+  stdout=None,
+  stderr=None,
+) -> subprocess.Popen:
+  """Starts a TFF `worker_binary` that is ended when this process ends.
+
+  The worker runs in its own process group (a terminal's Ctrl-C reaches
+  Python, which ends it in order) with SIGKILL as its parent-death signal.
+
+  Args:
+    binary_path: The `worker_binary` executable.
+    port: The gRPC port it serves on.
+    max_concurrent_computation_calls: Its cap on concurrent computations
+      (-1: none).
+    env: Its environment (default: this process's).
+    stdout: Where its stdout goes (default: this process's).
+    stderr: Where its stderr goes (default: this process's).
+  """
+  return popen_dying_with_parent(
+    [
+      binary_path,
+      f'--port={port}',
+      f'--max_concurrent_computation_calls={max_concurrent_computation_calls}',
+    ],
+    env=env,
+    stdout=stdout,
+    stderr=stderr,
+  )
+
+
+def stop_processes(processes: Sequence[subprocess.Popen]) -> None:
+  """SIGKILLs each still-running process's group and reaps it."""
+  for p in processes:
+    if p.poll() is None:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      p.wait()
+
+
+def exit_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> None:
+  """Makes each signal in `signums` raise `SystemExit(128 + signum)`.
+
+  Call from the main thread (Python runs signal handlers there). The exit
+  then runs `atexit`, which ends this process's worker_binary children.
+  """
+
+  def handler(signum, frame):
+    del frame
+    # Once: a second signal while exiting takes the default action.
+    signal.signal(signum, signal.SIG_DFL)
+    print(
+      f'Received {signal.Signals(signum).name}: stopping (the last '
+      'checkpoint is kept; rerun the same command to resume).',
+      file=sys.stderr,
+      flush=True,
+    )
+    raise SystemExit(128 + signum)
+
+  for signum in signums:
+    signal.signal(signum, handler)
 
 
 def worker_binary_children(parent_pid: int | None = None) -> list[int]:

@@ -35,6 +35,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from tff_dp import methods  # noqa: E402
+from tff_dp import processes  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
@@ -385,6 +386,9 @@ def config_from_flags() -> training.ExperimentConfig:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  # SIGTERM (a scheduler, `timeout`, `kill`) stops the job like Ctrl-C:
+  # atexit ends the TFF worker; the last checkpoint is kept.
+  processes.exit_on_signals()
   try:
     config = config_from_flags()
     config.validate()

@@ -1,0 +1,141 @@
+"""Runs `python -m tff_dp.run` as a user would and samples it every round.
+
+The job runs in its own process (killed with this one: see
+`tff_dp.processes.popen_dying_with_parent`), its log in `<run_dir>/job.log`.
+Each time its `metrics.csv` gains a row, the resident memory of the job's
+Python process and of its TFF `worker_binary` is recorded with the row's
+`round_seconds`; the peak of each over the round (polled every `poll_s`)
+too. Samples are appended to `<run_dir>/samples.jsonl`, so rerunning the
+same command after an interruption resumes the job from its checkpoint and
+keeps the earlier samples (a new `segment` starts: the worker restarted).
+"""
+
+import csv
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from typing import Optional, Sequence
+
+from benchmarks import rss
+from tff_dp import processes
+
+
+@dataclasses.dataclass
+class Sample:
+  round: int
+  segment: int
+  round_seconds: float
+  sampled_clients: int
+  python_rss_mb: float
+  worker_rss_mb: float
+  python_peak_mb: float
+  worker_peak_mb: float
+  elapsed_s: float
+
+
+def _rows(path: pathlib.Path) -> list[dict]:
+  try:
+    with open(path) as f:
+      return list(csv.DictReader(f))
+  except (OSError, csv.Error):
+    return []
+
+
+def read_samples(run_dir: pathlib.Path) -> list[Sample]:
+  path = run_dir / 'samples.jsonl'
+  if not path.exists():
+    return []
+  out = []
+  for line in path.read_text().splitlines():
+    if line.strip():
+      out.append(Sample(**json.loads(line)))
+  return out
+
+
+def run_job(
+  flags: Sequence[str],
+  rounds: int,
+  run_dir: str,
+  *,
+  poll_s: float = 0.5,
+  timeout_s: Optional[float] = None,
+) -> list[Sample]:
+  """Runs (or resumes) the job to `rounds` rounds; returns all samples.
+
+  Raises:
+    RuntimeError: If the job exits with an error or runs past `timeout_s`.
+  """
+  out = pathlib.Path(run_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  samples = read_samples(out)
+  segment = 1 + max((s.segment for s in samples), default=0)
+  cmd = [
+    sys.executable,
+    '-m',
+    'tff_dp.run',
+    *flags,
+    f'--rounds={rounds}',
+    f'--root_output_dir={out / "job"}',
+  ]
+  metrics = out / 'job' / 'metrics.csv'
+  seen = len(_rows(metrics))
+  start = time.perf_counter()
+  with open(out / 'job.log', 'a') as log:
+    log.write(f'\n$ {" ".join(cmd)}\n')
+    log.flush()
+    job = processes.popen_dying_with_parent(cmd, stdout=log, stderr=log)
+    peak_py = peak_worker = 0
+    try:
+      while True:
+        done = job.poll() is not None
+        workers = processes.worker_binary_children(job.pid)
+        py_now = rss.rss_bytes(job.pid)
+        worker_now = sum(rss.rss_bytes(w) for w in workers)
+        peak_py, peak_worker = (
+          max(peak_py, py_now),
+          max(peak_worker, worker_now),
+        )
+        rows = _rows(metrics)
+        for row in rows[seen:]:
+          sample = Sample(
+            round=int(row['round']),
+            segment=segment,
+            round_seconds=float(row['round_seconds']),
+            sampled_clients=int(row['sampled_clients']),
+            python_rss_mb=py_now / 2**20,
+            worker_rss_mb=worker_now / 2**20,
+            python_peak_mb=peak_py / 2**20,
+            worker_peak_mb=peak_worker / 2**20,
+            elapsed_s=time.perf_counter() - start,
+          )
+          samples.append(sample)
+          with open(out / 'samples.jsonl', 'a') as f:
+            f.write(json.dumps(dataclasses.asdict(sample)) + '\n')
+          peak_py = peak_worker = 0
+        seen = max(seen, len(rows))
+        if done:
+          break
+        if timeout_s is not None and time.perf_counter() - start > timeout_s:
+          raise RuntimeError(f'Job ran past {timeout_s:g} s: {cmd}')
+        time.sleep(poll_s)
+    finally:
+      if job.poll() is None:
+        processes.stop_processes([job])
+  if job.returncode != 0:
+    tail = (out / 'job.log').read_text()[-3000:]
+    raise RuntimeError(f'Job exited with {job.returncode}:\n{tail}')
+  return samples
+
+
+def slope_mb_per_round(samples: Sequence[Sample], field: str) -> float:
+  """Least-squares slope of `field` (MB) against the round number."""
+  xs = [s.round for s in samples]
+  ys = [getattr(s, field) for s in samples]
+  n = len(xs)
+  if n < 2:
+    return float('nan')
+  mx, my = sum(xs) / n, sum(ys) / n
+  sxx = sum((x - mx) ** 2 for x in xs)
+  return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx

@@ -1,0 +1,108 @@
+"""A stopped job leaves no TFF worker_binary behind, however it is stopped."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tff_dp import processes
+
+pytestmark = pytest.mark.usefixtures('shared_data_dir')
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
+@pytest.mark.parametrize(
+  'signum, exit_code',
+  [
+    (signal.SIGTERM, 128 + signal.SIGTERM),  # A scheduler, timeout, kill.
+    (signal.SIGINT, None),  # Ctrl-C: KeyboardInterrupt.
+    (signal.SIGKILL, -signal.SIGKILL),  # No Python runs at all.
+  ],
+)
+def test_a_signalled_job_leaves_no_worker(tmp_path, signum, exit_code):
+  out = tmp_path / 'run'
+  proc = subprocess.Popen(
+    [
+      sys.executable,
+      '-m',
+      'tff_dp.run',
+      '--task=heart_disease',
+      '--method=dp_fedavg',
+      '--rounds=10000',
+      '--client_sampling_rate=0.75',
+      '--noise_multiplier=0.5',
+      '--delta=1e-3',
+      '--batch_size=32',
+      '--checkpoint_every=1',
+      f'--root_output_dir={out}',
+    ],
+    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'),
+    # Its own session: the signal reaches the job alone, as `kill PID`.
+    start_new_session=True,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+  )
+  try:
+    deadline = time.time() + 300
+    # Mid-training: a checkpoint is written and the worker is running.
+    while not (out / 'checkpoints' / 'round_2').exists():
+      assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+      assert time.time() < deadline
+      time.sleep(0.2)
+    workers = processes.worker_binary_children(proc.pid)
+    assert len(workers) == 1
+    os.kill(proc.pid, signum)
+    code = proc.wait(timeout=30)
+    end = time.time() + 10
+    while _alive(workers[0]) and time.time() < end:
+      time.sleep(0.1)
+    assert not _alive(workers[0]), f'worker {workers[0]} outlived the job'
+    if exit_code is None:
+      assert code != 0
+    else:
+      assert code == exit_code
+    if signum == signal.SIGTERM:
+      assert b'Received SIGTERM: stopping' in proc.stderr.read()
+    # The checkpoints written before the signal are intact.
+    assert (out / 'checkpoints').is_dir()
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+
+
+def test_a_started_worker_dies_with_its_parent(tmp_path):
+  # A Python process that starts a worker and is then SIGKILLed.
+  code = (
+    'import portpicker, sys, time\n'
+    'from tff_dp import contexts, processes\n'
+    'p = processes.start_worker_binary(contexts.worker_binary_path(), '
+    'portpicker.pick_unused_port())\n'
+    'print(p.pid, flush=True)\n'
+    'time.sleep(600)\n'
+  )
+  parent = subprocess.Popen(
+    [sys.executable, '-c', code], stdout=subprocess.PIPE, text=True
+  )
+  try:
+    worker = int(parent.stdout.readline())
+    assert _alive(worker)
+    parent.kill()
+    parent.wait(timeout=30)
+    end = time.time() + 10
+    while _alive(worker) and time.time() < end:
+      time.sleep(0.1)
+    assert not _alive(worker)
+  finally:
+    if parent.poll() is None:
+      parent.kill()
