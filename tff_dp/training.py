@@ -498,14 +498,42 @@ def _write_csv(path: pathlib.Path, rows: list[dict]) -> None:
   os.replace(f.name, path)
 
 
-def evaluate(
-  task: tasks_lib.FederatedTask, model_weights, keras_model: tf.keras.Model
-) -> dict[str, float]:
-  """Centralized test metrics of `model_weights` (loss and task metrics)."""
-  model_weights.assign_weights_to(keras_model)
-  results = keras_model.evaluate(
-    task.test_x, task.test_y, batch_size=1000, verbose=0, return_dict=True
+EVAL_BATCH_SIZE = 1000
+
+
+def test_batches(task: tasks_lib.FederatedTask) -> tf.data.Dataset:
+  """The test set in batches of `EVAL_BATCH_SIZE`, built once per run.
+
+  Keras' `evaluate(x, y)` on NumPy arrays copies them into a new dataset
+  each call and kept about 30 MB of Python memory per call here (15 calls
+  on Fashion-MNIST's test set: 945 -> 1,360 MB); on one dataset reused
+  it stays flat (896 -> 909 MB). Same batches, same order, same metrics.
+  """
+  return (
+    tf.data.Dataset.from_tensor_slices((task.test_x, task.test_y))
+    .batch(EVAL_BATCH_SIZE)
+    .cache()
   )
+
+
+def evaluate(
+  task: tasks_lib.FederatedTask,
+  model_weights,
+  keras_model: tf.keras.Model,
+  batches: Optional[tf.data.Dataset] = None,
+) -> dict[str, float]:
+  """Centralized test metrics of `model_weights` (loss and task metrics).
+
+  Args:
+    task: The task (its test set is used unless `batches` is given).
+    model_weights: The `tff.learning.models.ModelWeights` to evaluate.
+    keras_model: A compiled Keras model of the task's architecture.
+    batches: `test_batches(task)`; pass it when evaluating repeatedly.
+  """
+  model_weights.assign_weights_to(keras_model)
+  if batches is None:
+    batches = test_batches(task)
+  results = keras_model.evaluate(batches, verbose=0, return_dict=True)
   return {f'test_{k}': float(v) for k, v in results.items()}
 
 
@@ -772,6 +800,7 @@ def run_experiment(
 
   keras_model = task.model_builder()
   keras_model.compile(loss=task.loss_builder(), metrics=task.metrics_builder())
+  eval_batches = test_batches(task)
   totals = {'down': 0, 'up': 0}
   if rows:
     totals = {
@@ -848,7 +877,11 @@ def run_experiment(
     if clip is not None or method.private:
       row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
-      row.update(evaluate(task, process.get_model_weights(state), keras_model))
+      row.update(
+        evaluate(
+          task, process.get_model_weights(state), keras_model, eval_batches
+        )
+      )
     extra = output.metrics.get('client_work', {}).get('extra', {})
     vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
     row.update(diagnostics.summarize({**metrics, **vectors}))
