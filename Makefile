@@ -67,8 +67,12 @@ bench: bench-memory bench-speed bench-workers bench-methods bench-audit bench-lo
 bench-memory: $(STAMP)
 	$(PY) -m benchmarks.memory --rounds=200 -- $(RUN_FLAGS)
 
+# make run's job over 30 rounds (after one) beside stock TFF (default and
+# tuned) and the 2-core floor, in one run: benchmarks/results/round_speed.md.
 bench-speed: $(STAMP)
-	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD)
+	$(PY) -m benchmarks.round_speed --rounds=30 \
+	  --configs=floor_2x1,stock_default,stock_tuned,ours_readme \
+	  --output=benchmarks/results/round_speed.md -- $(RUN_FLAGS)
 
 # Seconds per round in-process vs over 1 and 2 local TFF worker_binary
 # processes (scale-out), in the same run.

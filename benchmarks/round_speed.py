@@ -15,8 +15,17 @@ invocation, so they are measured on the same machine state:
   stock_threads stock_tuned with our runner's worker settings instead (3
                 concurrent calls, 1 intra-op and 4 inter-op threads): how
                 much of our gain is the thread settings alone;
+  ours_readme   what a user gets: `python -m tff_dp.run` with the job flags
+                given after `--` (`make bench-speed` passes `make run`'s:
+                Poisson cohorts of 100 expected clients, update
+                diagnostics, evaluation every 5 rounds, a checkpoint every
+                10), timed from its own metrics.csv (`round_seconds`) over
+                --rounds rounds after the first; its mean includes the
+                evaluations and checkpoints, and `s per 100 clients`
+                normalises each round by its cohort;
   ours          `python -m tff_dp.run`'s process for --method (default
-                dp_fedavg), as `tff_dp.training.prepare` builds it;
+                dp_fedavg), as `tff_dp.training.prepare` builds it, with
+                the stock rows' fixed 100 clients and no diagnostics;
   ours_fused    ours with `--fuse_client_work` (one TF call per client a
                 round through MapReduceForm; bit-identical results);
   workers_1     ours over one local TFF worker_binary (`--local_workers=1`,
@@ -32,9 +41,14 @@ invocation, so they are measured on the same machine state:
   python -m benchmarks.round_speed --rounds=5 \
       --output=benchmarks/results/round_speed.md
 
-Reported: the median of the measured rounds (after one warm-up round), the
-ratios to the floor and to stock_tuned, and the peak RSS of the process and
-its worker_binary during the rounds.
+  python -m benchmarks.round_speed --rounds=30 \
+      --configs=floor_2x1,stock_default,stock_tuned,ours_readme \
+      --output=benchmarks/results/round_speed_readme.md -- <make run's flags>
+
+Reported: the median and mean of the measured rounds (after one warm-up
+round), the ratios to the floor and to stock_tuned (on the mean, per 100
+clients), and the peak RSS of the process and its worker_binary during the
+rounds.
 """
 
 import dataclasses
@@ -54,6 +68,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
+from benchmarks import job_watch  # noqa: E402
 from benchmarks import results_table  # noqa: E402
 from benchmarks import rss  # noqa: E402
 from tff_dp import contexts  # noqa: E402
@@ -267,8 +282,26 @@ def _worker(mode: str) -> dict:
   raise app.UsageError(f'Unknown mode {mode!r}')
 
 
+def run_readme(job_flags, rounds: int) -> dict:
+  """`python -m tff_dp.run <job_flags>` for rounds + 1 rounds, fresh."""
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  run_dir = 'runs/bench_speed_readme'
+  shutil.rmtree(run_dir, ignore_errors=True)
+  samples = job_watch.run_job(job_flags, rounds + 1, run_dir)
+  timed = [s for s in samples if s.round > 1]
+  return {
+    'seconds': [s.round_seconds for s in timed],
+    'clients': [s.sampled_clients for s in timed],
+    'first_round': samples[0].round_seconds,
+    'peak_rss': max(
+      (s.python_peak_mb + s.worker_peak_mb) * 2**20 for s in timed
+    ),
+  }
+
+
 def main(argv):
-  del argv
+  job_flags = argv[1:]
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
   if _MODE.value != 'all':
     result = _worker(_MODE.value)
@@ -278,6 +311,13 @@ def main(argv):
   results = {}
   start = time.perf_counter()
   for config in _CONFIGS.value:
+    if config == 'ours_readme':
+      if not job_flags:
+        raise app.UsageError('ours_readme needs the job flags after --.')
+      results[config] = run_readme(job_flags, _ROUNDS.value)
+      med = statistics.median(results[config]['seconds'])
+      print(f'{config}: median {med:.2f} s', flush=True)
+      continue
     cmd = [
       sys.executable,
       '-m',
@@ -297,12 +337,33 @@ def main(argv):
     print(f'{config}: median {med:.2f} s', flush=True)
   wall = time.perf_counter() - start
   med = {k: statistics.median(v['seconds']) for k, v in results.items()}
+  # Mean seconds per 100 clients: the rounds' mean cost (evaluations and
+  # checkpoints included), comparable between fixed and Poisson cohorts.
+  per100 = {
+    k: statistics.mean(
+      s * NUM_CLIENTS / c
+      for s, c in zip(v['seconds'], v.get('clients', [NUM_CLIENTS] * 10**6))
+    )
+    for k, v in results.items()
+  }
+  command = (
+    'python -m benchmarks.round_speed '
+    f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
+    f'--configs={",".join(_CONFIGS.value)} --output={_OUTPUT.value}'
+  )
+  if job_flags:
+    command += ' -- ' + ' '.join(job_flags)
   for name, r in results.items():
+    label = name
+    if name == 'ours_readme':
+      label = 'ours_readme (tff_dp.run, the job flags after --)'
+    elif name.startswith(('ours', 'workers')):
+      label = f'{name} ({_METHOD.value})'
     row = {
-      'configuration': name
-      if not name.startswith(('ours', 'workers'))
-      else f'{name} ({_METHOD.value})',
+      'configuration': label,
       'median s/round': round(med[name], 2),
+      'mean s/round': round(statistics.mean(r['seconds']), 2),
+      'mean s per 100 clients': round(per100[name], 2),
       'rounds timed': len(r['seconds']),
       'first round s': (
         round(r['first_round'], 1) if r.get('first_round') else ''
@@ -311,23 +372,23 @@ def main(argv):
         round(r['peak_rss'] / 2**30, 2) if r.get('peak_rss') else ''
       ),
       'x floor': (
-        round(med[name] / med['floor_2x1'], 2) if 'floor_2x1' in med else ''
+        round(per100[name] / per100['floor_2x1'], 2)
+        if 'floor_2x1' in per100
+        else ''
       ),
       'stock_tuned / this': (
-        round(med['stock_tuned'] / med[name], 2) if 'stock_tuned' in med else ''
+        round(per100['stock_tuned'] / per100[name], 2)
+        if 'stock_tuned' in per100
+        else ''
       ),
       'seed': 0,
       'date': results_table.today(),
       'bench wall s': round(wall, 1),
-      'command': (
-        'python -m benchmarks.round_speed '
-        f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
-        f'--configs={",".join(_CONFIGS.value)} --output={_OUTPUT.value}'
-      ),
+      'command': command,
     }
     key = (
       name
-      if not name.startswith(('ours', 'workers'))
+      if not name.startswith(('ours', 'workers')) or name == 'ours_readme'
       else (f'{name}_{_METHOD.value}')
     )
     results_table.update(
@@ -339,14 +400,18 @@ def main(argv):
       notes=(
         'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
         'params; 100 clients x 10 local steps x batch 10 = 10,000 '
-        'examples; DP-FedAvg noise 1.185, clip 1). Median of the timed '
-        'rounds after one warm-up round; every configuration in its own '
+        'examples; DP-FedAvg noise 1.185, clip 1). The rounds timed come '
+        'after one warm-up round; every configuration in its own '
         'process, one after the other, in the same benchmark run. '
-        '`x floor`: over two single-threaded plain TF loops of 5,000 '
-        'examples side by side. `stock_tuned / this`: speed-up over '
-        'stock TFF with DATASET_ITERATOR and 2 concurrent calls. Peak '
-        'RSS: the Python process and its worker_binary during the timed '
-        f'rounds. Machine: {results_table.machine()}.'
+        '`ours_readme` is `python -m tff_dp.run` with the job flags after '
+        '`--` (Poisson cohorts, so its rounds are normalised per 100 '
+        'clients; its mean includes evaluations and checkpoints). '
+        '`x floor` and `stock_tuned / this` are ratios of `mean s per 100 '
+        'clients`: over two single-threaded plain TF loops of 5,000 '
+        'examples side by side, and the speed-up over stock TFF with '
+        'DATASET_ITERATOR and 2 concurrent calls. Peak RSS: the Python '
+        'process and its worker_binary during the timed rounds. '
+        f'Machine: {results_table.machine()}.'
       ),
     )
   print(json.dumps(med, indent=2))
