@@ -33,6 +33,8 @@ class Sample:
   python_peak_mb: float
   worker_peak_mb: float
   elapsed_s: float
+  train_seconds: Optional[float] = None
+  eval_seconds: Optional[float] = None
 
 
 def _rows(path: pathlib.Path) -> list[dict]:
@@ -41,6 +43,26 @@ def _rows(path: pathlib.Path) -> list[dict]:
       return list(csv.DictReader(f))
   except (OSError, csv.Error):
     return []
+
+
+def _float(value) -> Optional[float]:
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    return None
+
+
+def wall_per_round(samples: Sequence[Sample]) -> dict[int, float]:
+  """Wall seconds between consecutive rows of one segment, by round.
+
+  Unlike `round_seconds` these include everything the job did between
+  rounds (metrics files, TensorBoard, checkpoints), to within `poll_s`.
+  """
+  out = {}
+  for prev, cur in zip(samples, samples[1:]):
+    if cur.segment == prev.segment and cur.round == prev.round + 1:
+      out[cur.round] = cur.elapsed_s - prev.elapsed_s
+  return out
 
 
 def read_samples(run_dir: pathlib.Path) -> list[Sample]:
@@ -109,6 +131,8 @@ def run_job(
             python_peak_mb=peak_py / 2**20,
             worker_peak_mb=peak_worker / 2**20,
             elapsed_s=time.perf_counter() - start,
+            train_seconds=_float(row.get('train_seconds')),
+            eval_seconds=_float(row.get('eval_seconds')),
           )
           samples.append(sample)
           with open(out / 'samples.jsonl', 'a') as f:

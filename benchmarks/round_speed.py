@@ -19,10 +19,10 @@ invocation, so they are measured on the same machine state:
                 given after `--` (`make bench-speed` passes `make run`'s:
                 Poisson cohorts of 100 expected clients, update
                 diagnostics, evaluation every 5 rounds, a checkpoint every
-                10), timed from its own metrics.csv (`round_seconds`) over
-                --rounds rounds after the first; its mean includes the
-                evaluations and checkpoints, and `s per 100 clients`
-                normalises each round by its cohort;
+                10), timed by the wall time between consecutive rows of
+                its metrics.csv over --rounds rounds after the first; its
+                mean includes the evaluations and checkpoints, and `s per
+                100 clients` normalises each round by its cohort;
   ours          `python -m tff_dp.run`'s process for --method (default
                 dp_fedavg), as `tff_dp.training.prepare` builds it, with
                 the stock rows' fixed 100 clients and no diagnostics;
@@ -290,8 +290,12 @@ def run_readme(job_flags, rounds: int) -> dict:
   shutil.rmtree(run_dir, ignore_errors=True)
   samples = job_watch.run_job(job_flags, rounds + 1, run_dir)
   timed = [s for s in samples if s.round > 1]
+  wall = job_watch.wall_per_round(samples)
   return {
-    'seconds': [s.round_seconds for s in timed],
+    # Wall time from one row to the next: checkpoints and files included.
+    'seconds': [wall[s.round] for s in timed],
+    'round_seconds': [s.round_seconds for s in timed],
+    'train_seconds': [s.train_seconds for s in timed],
     'clients': [s.sampled_clients for s in timed],
     'first_round': samples[0].round_seconds,
     'peak_rss': max(

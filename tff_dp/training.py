@@ -833,8 +833,10 @@ def run_experiment(
     t0 = time.perf_counter()
     _, ids, data_future, num_empty = upcoming
     data = data_future.result()
+    data_wait = time.perf_counter() - t0
     upcoming = draw() if round_num < config.rounds else None
     rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
+    t_train = time.perf_counter()
     try:
       if config.workers or config.local_workers:
         output = distributed.call_watching_workers(process.next, state, data)
@@ -851,6 +853,7 @@ def run_experiment(
         'in the output directory: restart the workers and rerun the same '
         'command to resume.'
       ) from e
+    train_seconds = time.perf_counter() - t_train
     state = output.state
     metrics: dict = {}
     _flatten('', output.metrics, metrics)
@@ -877,11 +880,13 @@ def run_experiment(
     if clip is not None or method.private:
       row['clip'] = clip if clip is not None else config.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
+      t_eval = time.perf_counter()
       row.update(
         evaluate(
           task, process.get_model_weights(state), keras_model, eval_batches
         )
       )
+      row['eval_seconds'] = time.perf_counter() - t_eval
     extra = output.metrics.get('client_work', {}).get('extra', {})
     vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
     row.update(diagnostics.summarize({**metrics, **vectors}))
@@ -892,6 +897,10 @@ def run_experiment(
       with open(output_dir / DIAGNOSTICS_FILE, 'a') as f:
         f.write(json.dumps({'round': round_num, **hists}) + '\n')
     row.update({f'tff/{k}': v for k, v in metrics.items()})
+    # Where the round's time went: waiting for the prefetched datasets, the
+    # TFF round (process.next), evaluation (eval_seconds, when it ran).
+    row['data_wait_seconds'] = data_wait
+    row['train_seconds'] = train_seconds
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)
     logging.info('%s', _progress_line(row, config.rounds))
@@ -909,7 +918,13 @@ def run_experiment(
           ledger.to_json() if ledger else None,
           rows,
         )
+        t_save = time.perf_counter()
         asyncio.run(manager.save((state, np.str_(runner.to_json())), round_num))
+        logging.info(
+          'Checkpoint of round %d written in %.1f s',
+          round_num,
+          time.perf_counter() - t_save,
+        )
     if round_callback is not None:
       round_callback(round_num)
 
