@@ -33,6 +33,63 @@ def test_slices_and_elements():
   assert el[0]['y'].dtype == tf.int32
 
 
+@pytest.mark.parametrize(
+  'element_fn, dtype',
+  [
+    (client_data.scale_uint8_images, np.uint8),
+    (client_data.float_features, np.float64),
+  ],
+)
+def test_client_elements_equal_a_per_element_map_bit_for_bit(element_fn, dtype):
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, size=(40, 7, 3)).astype(dtype)
+  if dtype == np.float64:
+    x = rng.normal(size=(40, 7, 3))
+  y = rng.integers(0, 10, size=40).astype(np.uint8)
+  cd = client_data.ArrayClientData(
+    x, y, [np.arange(0, 25), np.arange(25, 40)], element_fn=element_fn
+  )
+  for c in cd.client_ids:
+    xs, ys = cd.client_arrays(c)
+    mapped = tf.data.Dataset.from_tensor_slices((xs, ys)).map(element_fn)
+    ours = cd.create_tf_dataset_for_client(c)
+    assert ours.element_spec == mapped.element_spec == cd.element_type_structure
+    for a, b in zip(ours, mapped, strict=True):
+      for k in ('x', 'y'):
+        np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
+        assert a[k].numpy().tobytes() == b[k].numpy().tobytes()
+
+
+def _rss_mb() -> float:
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmRSS:'):
+        return int(line.split()[1]) / 1024
+  raise AssertionError('no VmRSS')
+
+
+def test_making_client_datasets_keeps_no_memory():
+  # A `Dataset.map` per client dataset kept about 76 KB each in TF 2.14
+  # (1,500 datasets: about 110 MB); the runner makes 100 a round.
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, size=(600, 28, 28, 1)).astype(np.uint8)
+  y = rng.integers(0, 10, size=600).astype(np.uint8)
+  cd = client_data.ArrayClientData(
+    x, y, [np.arange(i, i + 10) for i in range(0, 600, 10)]
+  )
+  ids = cd.client_ids
+
+  def make(n):
+    for i in range(n):
+      cd.create_tf_dataset_for_client(ids[i % len(ids)])
+
+  make(300)  # Warm-up: allocator pools, op caches.
+  before = _rss_mb()
+  make(1500)
+  growth = _rss_mb() - before
+  assert growth < 25, f'{growth:.0f} MB kept by 1,500 client datasets'
+
+
 def test_serializable_fn_matches_eager_in_tff():
   cd = _tiny()
 
