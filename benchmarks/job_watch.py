@@ -5,7 +5,9 @@ The job runs in its own process (killed with this one: see
 Each time its `metrics.csv` gains a row, the resident memory of the job's
 Python process and of its TFF `worker_binary` is recorded with the row's
 `round_seconds`; the peak of each over the round (polled every `poll_s`)
-too. Samples are appended to `<run_dir>/samples.jsonl`, so rerunning the
+too, and the CPU seconds each has used so far (their differences between
+rounds say how many cores the job kept busy, and where). Samples are
+appended to `<run_dir>/samples.jsonl`, so rerunning the
 same command after an interruption resumes the job from its checkpoint and
 keeps the earlier samples (a new `segment` starts: the worker restarted).
 """
@@ -35,6 +37,9 @@ class Sample:
   elapsed_s: float
   train_seconds: Optional[float] = None
   eval_seconds: Optional[float] = None
+  # CPU seconds used so far (this segment) by the job and by its worker.
+  python_cpu_s: Optional[float] = None
+  worker_cpu_s: Optional[float] = None
 
 
 def _rows(path: pathlib.Path) -> list[dict]:
@@ -114,6 +119,8 @@ def run_job(
         done = job.poll() is not None
         workers = processes.worker_binary_children(job.pid)
         py_now = rss.rss_bytes(job.pid)
+        py_cpu = rss.cpu_seconds_of(job.pid)
+        worker_cpu = sum(rss.cpu_seconds_of(w) for w in workers)
         worker_now = sum(rss.rss_bytes(w) for w in workers)
         peak_py, peak_worker = (
           max(peak_py, py_now),
@@ -133,6 +140,8 @@ def run_job(
             elapsed_s=time.perf_counter() - start,
             train_seconds=_float(row.get('train_seconds')),
             eval_seconds=_float(row.get('eval_seconds')),
+            python_cpu_s=py_cpu,
+            worker_cpu_s=worker_cpu,
           )
           samples.append(sample)
           with open(out / 'samples.jsonl', 'a') as f:

@@ -291,7 +291,14 @@ def run_readme(job_flags, rounds: int) -> dict:
   samples = job_watch.run_job(job_flags, rounds + 1, run_dir)
   timed = [s for s in samples if s.round > 1]
   wall = job_watch.wall_per_round(samples)
+  cpu = {}
+  for prev, cur in zip(samples, samples[1:]):
+    if cur.round in wall:
+      cpu[cur.round] = (cur.python_cpu_s + cur.worker_cpu_s) - (
+        prev.python_cpu_s + prev.worker_cpu_s
+      )
   return {
+    'cpu_seconds': [cpu[s.round] for s in timed],
     # Wall time from one row to the next: checkpoints and files included.
     'seconds': [wall[s.round] for s in timed],
     'round_seconds': [s.round_seconds for s in timed],
@@ -368,6 +375,12 @@ def main(argv):
       'median s/round': round(med[name], 2),
       'mean s/round': round(statistics.mean(r['seconds']), 2),
       'mean s per 100 clients': round(per100[name], 2),
+      # CPU seconds (Python + worker) over wall seconds: cores kept busy.
+      'cores busy': (
+        round(sum(r['cpu_seconds']) / sum(r['seconds']), 2)
+        if r.get('cpu_seconds')
+        else ''
+      ),
       'rounds timed': len(r['seconds']),
       'first round s': (
         round(r['first_round'], 1) if r.get('first_round') else ''

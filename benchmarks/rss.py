@@ -48,6 +48,11 @@ def _cpu_ticks(pid: int) -> int:
     return 0
 
 
+def cpu_seconds_of(pid: int) -> float:
+  """CPU seconds (user + system) a live process has used (0 if gone)."""
+  return _cpu_ticks(pid) / os.sysconf('SC_CLK_TCK')
+
+
 def cpu_seconds() -> float:
   """CPU seconds used so far by this process and its live direct children.
 
