@@ -30,8 +30,8 @@ class Sample:
   segment: int
   round_seconds: float
   sampled_clients: int
-  python_rss_mb: float
-  worker_rss_mb: float
+  python_rss_mb: Optional[float]  # None: read after the job ended.
+  worker_rss_mb: Optional[float]
   python_peak_mb: float
   worker_peak_mb: float
   elapsed_s: float
@@ -118,14 +118,16 @@ def run_job(
       while True:
         done = job.poll() is not None
         workers = processes.worker_binary_children(job.pid)
-        py_now = rss.rss_bytes(job.pid)
-        py_cpu = rss.cpu_seconds_of(job.pid)
-        worker_cpu = sum(rss.cpu_seconds_of(w) for w in workers)
-        worker_now = sum(rss.rss_bytes(w) for w in workers)
-        peak_py, peak_worker = (
-          max(peak_py, py_now),
-          max(peak_worker, worker_now),
-        )
+        # Read only while the job and its worker run: after the last row
+        # the job exits and a reading of a dead process would be 0.
+        live = not done and bool(workers)
+        if live:
+          py_now = rss.rss_bytes(job.pid)
+          worker_now = sum(rss.rss_bytes(w) for w in workers)
+          py_cpu = rss.cpu_seconds_of(job.pid)
+          worker_cpu = sum(rss.cpu_seconds_of(w) for w in workers)
+          peak_py = max(peak_py, py_now)
+          peak_worker = max(peak_worker, worker_now)
         rows = _rows(metrics)
         for row in rows[seen:]:
           sample = Sample(
@@ -133,15 +135,15 @@ def run_job(
             segment=segment,
             round_seconds=float(row['round_seconds']),
             sampled_clients=int(row['sampled_clients']),
-            python_rss_mb=py_now / 2**20,
-            worker_rss_mb=worker_now / 2**20,
+            python_rss_mb=py_now / 2**20 if live else None,
+            worker_rss_mb=worker_now / 2**20 if live else None,
             python_peak_mb=peak_py / 2**20,
             worker_peak_mb=peak_worker / 2**20,
             elapsed_s=time.perf_counter() - start,
             train_seconds=_float(row.get('train_seconds')),
             eval_seconds=_float(row.get('eval_seconds')),
-            python_cpu_s=py_cpu,
-            worker_cpu_s=worker_cpu,
+            python_cpu_s=py_cpu if live else None,
+            worker_cpu_s=worker_cpu if live else None,
           )
           samples.append(sample)
           with open(out / 'samples.jsonl', 'a') as f:
@@ -163,9 +165,13 @@ def run_job(
 
 
 def slope_mb_per_round(samples: Sequence[Sample], field: str) -> float:
-  """Least-squares slope of `field` (MB) against the round number."""
-  xs = [s.round for s in samples]
-  ys = [getattr(s, field) for s in samples]
+  """Least-squares slope of `field` (MB) against the round number.
+
+  Samples without a reading (None) are left out.
+  """
+  kept = [s for s in samples if getattr(s, field) is not None]
+  xs = [s.round for s in kept]
+  ys = [getattr(s, field) for s in kept]
   n = len(xs)
   if n < 2:
     return float('nan')

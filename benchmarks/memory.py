@@ -40,6 +40,10 @@ _WINDOW = flags.DEFINE_integer(
 FLAT_MB_PER_ROUND = 1.0
 
 
+def _mb(value):
+  return '' if value is None else round(value)
+
+
 def plot(samples, path: pathlib.Path, title: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
 
@@ -47,12 +51,16 @@ def plot(samples, path: pathlib.Path, title: str) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   fig, ax = plt.subplots(figsize=(7, 4))
-  rounds = [s.round for s in samples]
   for field, label in (
     ('worker_rss_mb', 'worker_binary'),
     ('python_rss_mb', 'Python (tff_dp.run)'),
   ):
-    ax.plot(rounds, [getattr(s, field) / 1024 for s in samples], label=label)
+    kept = [s for s in samples if getattr(s, field) is not None]
+    ax.plot(
+      [s.round for s in kept],
+      [getattr(s, field) / 1024 for s in kept],
+      label=label,
+    )
   ax.set_xlabel('round')
   ax.set_ylabel('resident memory (GiB)')
   ax.set_title(title, fontsize=9)
@@ -75,6 +83,8 @@ def main(argv):
   wall = time.perf_counter() - start
   last = [s for s in samples if s.round > _ROUNDS.value - _WINDOW.value]
   segments = sorted({s.segment for s in last})
+  # A resumed job starts fresh processes: fit the last segment only.
+  last = [s for s in last if s.segment == segments[-1]]
   slopes = {
     f: job_watch.slope_mb_per_round(last, f)
     for f in ('worker_rss_mb', 'python_rss_mb')
@@ -101,8 +111,8 @@ def main(argv):
         'round': s.round,
         'clients': s.sampled_clients,
         'round s': round(s.round_seconds, 1),
-        'worker RSS MB': round(s.worker_rss_mb),
-        'Python RSS MB': round(s.python_rss_mb),
+        'worker RSS MB': _mb(s.worker_rss_mb),
+        'Python RSS MB': _mb(s.python_rss_mb),
         'worker peak MB': round(s.worker_peak_mb),
         'segment': s.segment,
       },
@@ -132,7 +142,9 @@ def main(argv):
         + (
           'one segment (no restart) in that window.'
           if len(segments) == 1
-          else f'segments {segments} in that window (the job was resumed).'
+          else f'segments {segments} in that window (the job was resumed; '
+          f'the slope is fitted on the last, rounds {last[0].round}-'
+          f'{last[-1].round}).'
         )
       ),
     )

@@ -293,12 +293,20 @@ def run_readme(job_flags, rounds: int) -> dict:
   wall = job_watch.wall_per_round(samples)
   cpu = {}
   for prev, cur in zip(samples, samples[1:]):
-    if cur.round in wall:
+    readings = (
+      cur.python_cpu_s,
+      cur.worker_cpu_s,
+      prev.python_cpu_s,
+      prev.worker_cpu_s,
+    )
+    if cur.round in wall and None not in readings:
       cpu[cur.round] = (cur.python_cpu_s + cur.worker_cpu_s) - (
         prev.python_cpu_s + prev.worker_cpu_s
       )
   return {
-    'cpu_seconds': [cpu[s.round] for s in timed],
+    # Rounds whose CPU could not be read (the job had ended) are left out.
+    'cpu_seconds': [cpu[s.round] for s in timed if s.round in cpu],
+    'cpu_wall_seconds': [wall[s.round] for s in timed if s.round in cpu],
     # Wall time from one row to the next: checkpoints and files included.
     'seconds': [wall[s.round] for s in timed],
     'round_seconds': [s.round_seconds for s in timed],
@@ -354,6 +362,7 @@ def main(argv):
     k: statistics.mean(
       s * NUM_CLIENTS / c
       for s, c in zip(v['seconds'], v.get('clients', [NUM_CLIENTS] * 10**6))
+      if c > 0
     )
     for k, v in results.items()
   }
@@ -377,7 +386,10 @@ def main(argv):
       'mean s per 100 clients': round(per100[name], 2),
       # CPU seconds (Python + worker) over wall seconds: cores kept busy.
       'cores busy': (
-        round(sum(r['cpu_seconds']) / sum(r['seconds']), 2)
+        round(
+          sum(r['cpu_seconds']) / sum(r.get('cpu_wall_seconds', r['seconds'])),
+          2,
+        )
         if r.get('cpu_seconds')
         else ''
       ),

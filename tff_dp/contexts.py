@@ -82,8 +82,17 @@ def worker_binary_path() -> str:
   return path
 
 
+def _normalised(cardinalities) -> dict:
+  """A copy with CLIENTS set (0 if absent), as the executors are built."""
+  out = dict(cardinalities)
+  out.setdefault(placements.CLIENTS, 0)
+  return out
+
+
 def _cardinality_key(cardinalities) -> tuple:
-  return tuple(sorted((str(k), v) for k, v in cardinalities.items()))
+  return tuple(
+    sorted((str(k), v) for k, v in _normalised(cardinalities).items())
+  )
 
 
 class BoundedExecutorFactory(tff.framework.ExecutorFactory):
@@ -92,7 +101,13 @@ class BoundedExecutorFactory(tff.framework.ExecutorFactory):
   Like TFF's `ResourceManagingExecutorFactory`, except that an executor
   evicted from its LRU cache is closed (`close()`: disposed of on the
   worker with everything it holds) rather than dropped while its worker
-  side lives on.
+  side lives on. Cardinalities without CLIENTS count as CLIENTS = 0 (the
+  executor they get).
+
+  Single-flight: eviction does not wait for calls still running on the
+  evicted executor, so no more than `max_executors` distinct cardinalities
+  may be in flight at once. The sync contexts here run one call at a time
+  (per worker in the distributed context), which satisfies this.
   """
 
   def __init__(
@@ -125,7 +140,7 @@ class BoundedExecutorFactory(tff.framework.ExecutorFactory):
         evicted.append(self._executors.popitem(last=False)[1])
     for old in evicted:
       old.close()
-    ex = self._stack_fn(dict(cardinalities))
+    ex = self._stack_fn(_normalised(cardinalities))
     with self._lock:
       self._executors[key] = ex
     return ex
@@ -175,23 +190,29 @@ class LocalWorker:
     )
     self._max_calls = max_concurrent_computation_calls
     self._env = env
-    self._lock = threading.Lock()
+    self._lock = threading.RLock()
     self.process = None
     self._stub = None
+    self._channel = None
 
   def stub(self) -> tff.framework.RemoteExecutorGrpcStub:
     with self._lock:
       if self._stub is not None and self._stub.is_ready:
         return self._stub
-      self.stop()
+      if processes.shutting_down():
+        raise RuntimeError(
+          'The process is exiting: its TFF worker is not restarted.'
+        )
+      self._stop_locked()
       port = portpicker.pick_unused_port()
       self.process = processes.start_worker_binary(
         worker_binary_path(),
         port,
         max_concurrent_computation_calls=self._max_calls,
-        env={**os.environ, **self._env},
+        env=self._worker_env(),
       )
       channel = grpc.insecure_channel(f'localhost:{port}', GRPC_OPTIONS)
+      self._channel = channel
       stub = tff.framework.RemoteExecutorGrpcStub(channel)
       while not stub.is_ready:
         if self.process.poll() is not None:
@@ -203,11 +224,26 @@ class LocalWorker:
       self._stub = stub
       return stub
 
+  def _worker_env(self) -> dict:
+    env = dict(os.environ)
+    # A thread count of 0 means TF's default, not an inherited setting.
+    for name in (INTRA_OP_ENV, INTER_OP_ENV):
+      env.pop(name, None)
+    env.update(self._env)
+    return env
+
   def stop(self) -> None:
+    with self._lock:
+      self._stop_locked()
+
+  def _stop_locked(self) -> None:
+    if self._channel is not None:
+      self._channel.close()
     if self.process is not None:
       processes.stop_processes([self.process])
     self.process = None
     self._stub = None
+    self._channel = None
 
 
 # The simulation context's worker and executor factory (one at a time).

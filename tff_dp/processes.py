@@ -22,7 +22,6 @@ runs no Python at all, so the worker was left behind holding its memory.
 
 import atexit
 import ctypes
-import ctypes.util
 import gc
 import os
 import queue
@@ -34,19 +33,30 @@ import time
 from typing import Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1
-_LIBC = None
-try:
-  _LIBC = ctypes.CDLL(
-    ctypes.util.find_library('c') or 'libc.so.6', use_errno=True
-  )
-except OSError:  # Not Linux/glibc: no parent-death signal; atexit only.
-  _LIBC = None
+# prctl, looked up once here (not in the forked child); None off Linux,
+# where workers get no parent-death signal (atexit only).
+_PRCTL = None
+if sys.platform.startswith('linux'):
+  try:
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+    _PRCTL.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    _PRCTL.restype = ctypes.c_int
+  except (OSError, AttributeError):
+    _PRCTL = None
+
+# Set at exit: a computation still running then must not restart a worker.
+_SHUTTING_DOWN = threading.Event()
+
+
+def shutting_down() -> bool:
+  """True once this process has begun ending its workers at exit."""
+  return _SHUTTING_DOWN.is_set()
 
 
 def _die_with_parent(parent_pid: int) -> None:
   """Child side, between fork and exec: SIGKILL when the parent dies."""
-  if _LIBC is not None:
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  if _PRCTL is not None:
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
   # The parent may have died before prctl took effect.
   if os.getppid() != parent_pid:
     os._exit(1)
@@ -99,6 +109,8 @@ def popen_dying_with_parent(
   """`subprocess.Popen(args, ...)` in its own process group, SIGKILLed by
   the kernel when this process ends (however it ends)."""
   parent = os.getpid()
+  if _PRCTL is None:  # No parent-death signal here: atexit ends it.
+    return subprocess.Popen(list(args), process_group=0, **popen_kwargs)
   return _SPAWNER.popen(
     list(args),
     process_group=0,
@@ -158,22 +170,24 @@ def exit_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> None:
 
   Call from the main thread (Python runs signal handlers there). The exit
   then runs `atexit`, which ends this process's worker_binary children.
+  A signal that is ignored (e.g. SIGHUP under `nohup`) stays ignored.
   """
 
   def handler(signum, frame):
     del frame
     # Once: a second signal while exiting takes the default action.
     signal.signal(signum, signal.SIG_DFL)
-    print(
+    # os.write, not print: the main thread may be inside a stderr write.
+    os.write(
+      2,
       f'Received {signal.Signals(signum).name}: stopping (the last '
-      'checkpoint is kept; rerun the same command to resume).',
-      file=sys.stderr,
-      flush=True,
+      'checkpoint is kept; rerun the same command to resume).\n'.encode(),
     )
     raise SystemExit(128 + signum)
 
   for signum in signums:
-    signal.signal(signum, handler)
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+      signal.signal(signum, handler)
 
 
 def worker_binary_children(parent_pid: int | None = None) -> list[int]:
@@ -246,6 +260,7 @@ def _alive(pid: int) -> bool:
 
 
 def _end_at_exit() -> None:
+  _SHUTTING_DOWN.set()
   end_worker_binaries()
   # TFF's ServiceManager.__del__ would raise at teardown (its `subprocess`
   # global is gone by then); its process has been ended above.

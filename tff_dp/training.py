@@ -509,10 +509,8 @@ def test_batches(task: tasks_lib.FederatedTask) -> tf.data.Dataset:
   on Fashion-MNIST's test set: 945 -> 1,360 MB); on one dataset reused
   it stays flat (896 -> 909 MB). Same batches, same order, same metrics.
   """
-  return (
-    tf.data.Dataset.from_tensor_slices((task.test_x, task.test_y))
-    .batch(EVAL_BATCH_SIZE)
-    .cache()
+  return tf.data.Dataset.from_tensor_slices((task.test_x, task.test_y)).batch(
+    EVAL_BATCH_SIZE
   )
 
 
@@ -972,6 +970,8 @@ NON_PRIVATE_OUTPUTS = (
   'update diagnostics: update_norm_*, fraction_clipped, angles, '
   'diagnostics.jsonl histograms (pre-clip client norms)',
   'non_finite_clients (a count of clients)',
+  'round_seconds, data_wait_seconds, train_seconds, eval_seconds (they '
+  "depend on the cohort's size and data)",
   "DPSFL's num_clients and DDGauss's actual_num_clients and released "
   'measurements',
 )

@@ -106,3 +106,23 @@ def test_a_started_worker_dies_with_its_parent(tmp_path):
   finally:
     if parent.poll() is None:
       parent.kill()
+
+
+def test_exit_on_signals_keeps_ignored_signals_ignored():
+  # `nohup` ignores SIGHUP: a job started under it must survive logout.
+  saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+  try:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    processes.exit_on_signals()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler)
+    with pytest.raises(SystemExit) as exit_info:
+      handler(signal.SIGTERM, None)
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    # Once: a second SIGTERM while exiting takes the default action.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+  finally:
+    for s, h in saved.items():
+      signal.signal(s, h)
