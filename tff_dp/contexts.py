@@ -237,8 +237,9 @@ class LocalWorker:
       self._stop_locked()
 
   def _stop_locked(self) -> None:
-    if self._channel is not None:
-      self._channel.close()
+    # The old channel is not closed: executors still holding its stub
+    # must fail with a retryable gRPC error (TFF then rebuilds them on the
+    # new worker), not "RPC on closed channel". It is freed with them.
     if self.process is not None:
       processes.stop_processes([self.process])
     self.process = None
