@@ -16,6 +16,7 @@ import csv
 import dataclasses
 import json
 import pathlib
+import statistics
 import sys
 import time
 from typing import Optional, Sequence
@@ -170,11 +171,8 @@ def slope_mb_per_round(samples: Sequence[Sample], field: str) -> float:
   Samples without a reading (None) are left out.
   """
   kept = [s for s in samples if getattr(s, field) is not None]
-  xs = [s.round for s in kept]
-  ys = [getattr(s, field) for s in kept]
-  n = len(xs)
-  if n < 2:
+  if len(kept) < 2:
     return float('nan')
-  mx, my = sum(xs) / n, sum(ys) / n
-  sxx = sum((x - mx) ** 2 for x in xs)
-  return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+  return statistics.linear_regression(
+    [s.round for s in kept], [getattr(s, field) for s in kept]
+  ).slope
