@@ -17,6 +17,15 @@ kept coordinates are not rescaled by d/k (`rescale=True` gives the unbiased
 d/k version). The k coordinates are drawn without replacement as the top-k
 of a stateless uniform draw over the d coordinates.
 
+Non-private use (`noise_multiplier=None, clip=None`): the k-vectors are
+averaged over the round's participants with TFF's `UnweightedMeanFactory`,
+with no clip and no noise. Seed 004's non-private FL-TOP and FL-BASIC run
+this way: the client of seed 004's Alg. 1 outputs the compressed update
+with no clip (line 24, "Output: Model update C(w_t^k - w_{t-1}^k, T)"), and
+the paper clips only in the private versions (Alg. 3 line 25; "private
+extensions (i.e., FL-STD-DP, FL-BASIC-DP and FL-CS-DP) also clip and then
+noise the compressed updates").
+
 Randomness: the coordinates are public (broadcast to every client) and
 come from `seed`; the noise comes from `noise_seed`, a separate stream that
 is secret by default (see `dp_fedavg.gaussian_fixed`).
@@ -65,9 +74,9 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(
     self,
-    noise_multiplier: float,
+    noise_multiplier: Optional[float],
     clients_per_round: float,
-    clip: float,
+    clip: Optional[float],
     *,
     num_coordinates: Optional[int] = None,
     fraction: Optional[float] = None,
@@ -80,10 +89,12 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     """Checks the arguments.
 
     Args:
-      noise_multiplier: Noise stddev over clip, >= 0.
-      clients_per_round: Expected clients per round (the mean's denominator),
-        > 0.
-      clip: L2 clip of each client's k-dim vector, > 0.
+      noise_multiplier: Noise stddev over clip, >= 0; None (with clip None)
+        for the non-private mean over participants (no clip, no noise).
+      clients_per_round: Expected clients per round (the DP mean's
+        denominator), > 0.
+      clip: L2 clip of each client's k-dim vector, > 0; None with
+        noise_multiplier None.
       num_coordinates: k, in [1, d] (checked against d at `create`).
       fraction: k/d in (0, 1], if `num_coordinates` is not given.
       seed: Seed of the coordinate sampler (public randomness).
@@ -121,11 +132,21 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
           f'{num_coordinates!r}.'
         )
     self._fixed_indices = fixed_indices
-    # Validates noise_multiplier, clients_per_round and clip.
-    dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
-    self._noise_multiplier = float(noise_multiplier)
+    if (noise_multiplier is None) != (clip is None):
+      raise ValueError(
+        'noise_multiplier and clip must both be None (non-private mean, no '
+        'clip) or both be numbers. Found noise_multiplier='
+        f'{noise_multiplier!r}, clip={clip!r}.'
+      )
+    self._private = noise_multiplier is not None
+    if self._private:
+      # Validates noise_multiplier, clients_per_round and clip.
+      dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
+    else:
+      dp_fedavg.gaussian_fixed(0.0, clients_per_round, 1.0)
+    self._noise_multiplier = noise_multiplier
     self._clients_per_round = float(clients_per_round)
-    self._clip = float(clip)
+    self._clip = clip
     self._num_coordinates = num_coordinates
     self._fraction = fraction
     self._seed = int(seed)
@@ -152,17 +173,20 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     dim = sum(sizes)
     k = self.num_coordinates(dim)
     k_type = tff.TensorType(np.float32, [k])
-    inner_factory = dp_fedavg.gaussian_fixed(
-      self._noise_multiplier,
-      self._clients_per_round,
-      self._clip,
-      noise_seed=self._noise_seed,
-      record_aggregation_factory=(
-        tff.aggregators.SecureSumFactory(self._clip, -self._clip)
-        if self._secure_sum
-        else None
-      ),
-    )
+    if self._private:
+      inner_factory = dp_fedavg.gaussian_fixed(
+        self._noise_multiplier,
+        self._clients_per_round,
+        self._clip,
+        noise_seed=self._noise_seed,
+        record_aggregation_factory=(
+          tff.aggregators.SecureSumFactory(self._clip, -self._clip)
+          if self._secure_sum
+          else None
+        ),
+      )
+    else:
+      inner_factory = tff.aggregators.UnweightedMeanFactory()
     inner = inner_factory.create(k_type)
     scale = dim / k if self._rescale else 1.0
     seed = self._seed

@@ -28,6 +28,19 @@ from tff_dp.client_works import lus
 from tff_dp.client_works import model_clip
 
 
+# Settings whose default changed after runs were recorded with the old
+# behaviour, and settings added with a default that is not the behaviour
+# runs had before them: a saved config that lacks one of these keys ran with
+# the value here. Resuming a run (`training._check_same_config`) and
+# rebuilding a finished run's aggregator (`MethodParams.from_config`) fill
+# missing keys from this map, not from today's defaults, so that an old run
+# is never resumed or rebuilt with a behaviour it did not have. A setting
+# added with a default equal to the old behaviour needs no entry.
+LEGACY_DEFAULTS: dict[str, Any] = {
+  'top_k_nonprivate_clip': True,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodParams:
   """What a method's builders may depend on (all from flags)."""
@@ -49,6 +62,9 @@ class MethodParams:
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
   top_k_ratio: float = 0.005
+  # Non-private FL-TOP / FL-BASIC: clip the K values at `clip` and divide by
+  # the expected cohort (before #24) instead of the plain mean.
+  top_k_nonprivate_clip: bool = False
   top_k_indices: Optional[Any] = None
   top_k_masks: Optional[Any] = None
   update_diagnostics: bool = False
@@ -78,7 +94,9 @@ class MethodParams:
     """The params a run's config names (its fields of the same name).
 
     Used by `training.prepare` and to rebuild a finished run's aggregator
-    from its saved config, so both take the same path.
+    from its saved config, so both take the same path. A key the config
+    lacks takes its `LEGACY_DEFAULTS` value where it has one (the behaviour
+    a run recorded before the setting existed), else the field's default.
     """
     derived = {
       'num_model_params',
@@ -90,9 +108,10 @@ class MethodParams:
       expected_clients_per_round=expected_clients_per_round,
       noise_multiplier=noise_multiplier,
       **{
-        f.name: config[f.name]
+        f.name: config[f.name] if f.name in config else LEGACY_DEFAULTS[f.name]
         for f in dataclasses.fields(cls)
-        if f.name in config and f.name not in derived
+        if (f.name in config or f.name in LEGACY_DEFAULTS)
+        and f.name not in derived
       },
     )
 
@@ -418,12 +437,24 @@ def _top_k_count(p: MethodParams) -> int:
   return max(1, int(round(p.top_k_ratio * p.num_model_params)))
 
 
+def _top_k_noise_and_clip(p: MethodParams, private: bool) -> tuple:
+  """DPRandAggFactory's (noise_multiplier, clients_per_round, clip).
+
+  The private versions clip and noise (seed 004, Alg. 3 line 25); the
+  non-private ones send the unclipped compressed update (Alg. 1 line 24)
+  unless `top_k_nonprivate_clip` keeps the pre-#24 clip at `clip`.
+  """
+  if private:
+    return p.noise_multiplier, p.expected_clients_per_round, p.clip
+  if p.top_k_nonprivate_clip:
+    return 0.0, p.expected_clients_per_round, p.clip
+  return None, p.expected_clients_per_round, None
+
+
 def _fl_top_method(name: str, private: bool) -> Method:
   def aggregator(p: MethodParams):
     return dp_randagg.DPRandAggFactory(
-      p.noise_multiplier if private else 0.0,
-      p.expected_clients_per_round,
-      p.clip,
+      *_top_k_noise_and_clip(p, private),
       num_coordinates=len(p.top_k_indices),
       fixed_indices=p.top_k_indices,
       seed=p.seed,
@@ -435,8 +466,8 @@ def _fl_top_method(name: str, private: bool) -> Method:
     description=(
       f'{"FL-TOP-DP" if private else "FL-TOP"} (seed 004): the server picks '
       'Top-K weights (--top_k_ratio) by |gradient| on a public batch; '
-      'clients train only those and send K clipped values'
-      + (', noised.' if private else '.')
+      'clients train only those and send their K values'
+      + (', clipped and noised.' if private else ' (no clip).')
     ),
     private=private,
     build_aggregator=aggregator,
@@ -460,9 +491,7 @@ register(_fl_top_method('fl_top_dp', private=True))
 def _fl_basic_method(name: str, private: bool) -> Method:
   def aggregator(p: MethodParams):
     return dp_randagg.DPRandAggFactory(
-      p.noise_multiplier if private else 0.0,
-      p.expected_clients_per_round,
-      p.clip,
+      *_top_k_noise_and_clip(p, private),
       num_coordinates=_top_k_count(p),
       seed=p.seed,
       noise_seed=p.noise_seed,
@@ -473,8 +502,8 @@ def _fl_basic_method(name: str, private: bool) -> Method:
     description=(
       f'{"FL-BASIC-DP" if private else "FL-BASIC"} (seed 004): clients train '
       'a random K-subset (--top_k_ratio) re-drawn every round, the rest '
-      'reset after each step; K clipped values'
-      + (' noised.' if private else '.')
+      'reset after each step; K values sent'
+      + (', clipped and noised.' if private else ' (no clip).')
     ),
     private=private,
     build_aggregator=aggregator,

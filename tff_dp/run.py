@@ -125,6 +125,13 @@ _TOP_K = flags.DEFINE_float(
   _D.top_k_ratio,
   'FL-TOP: fraction K/d of weights trained and sent, in (0, 1].',
 )
+_TOP_K_CLIP = flags.DEFINE_bool(
+  'top_k_nonprivate_clip',
+  _D.top_k_nonprivate_clip,
+  'Non-private FL-TOP/FL-BASIC: clip the K values at --clip and divide by '
+  'the expected cohort, as runs before issue #24 did (seed 004 does not '
+  'clip them; off by default).',
+)
 _SKETCH_ROWS = flags.DEFINE_integer(
   'sketch_rows', _D.sketch_rows, 'Count-sketch rows (>= 1; sketch methods).'
 )
@@ -345,6 +352,7 @@ def config_from_flags() -> training.ExperimentConfig:
     blur_lambda=_BLUR_LAMBDA.value,
     lus_sparsity=_LUS_SPARSITY.value,
     top_k_ratio=_TOP_K.value,
+    top_k_nonprivate_clip=_TOP_K_CLIP.value,
     sketch_rows=_SKETCH_ROWS.value,
     sketch_columns=_SKETCH_COLUMNS.value,
     sketch_k=_SKETCH_K.value,

@@ -95,6 +95,9 @@ class ExperimentConfig:
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
   top_k_ratio: float = 0.005
+  # Non-private FL-TOP/FL-BASIC clip at `clip` as before #24 (the paper's
+  # Alg. 1 does not clip; methods.LEGACY_DEFAULTS).
+  top_k_nonprivate_clip: bool = False
   sketch_rows: int = 5
   sketch_columns: int = 20000
   sketch_k: int = 5000
@@ -1066,11 +1069,13 @@ def _check_same_config(
     return
   old = json.loads(saved.read_text())
   new = json.loads(json.dumps(config.to_dict()))
-  # A flag added after the run started: its default is the behaviour the
-  # run had (new flags only ever default to the old behaviour).
+  # A flag added after the run started: the run had its legacy value where
+  # the new default changed the behaviour, else its default (see
+  # methods.LEGACY_DEFAULTS).
   defaults = json.loads(json.dumps(ExperimentConfig().to_dict()))
+  legacy = json.loads(json.dumps(methods_lib.LEGACY_DEFAULTS))
   for name, value in defaults.items():
-    old.setdefault(name, value)
+    old.setdefault(name, legacy.get(name, value))
   # Where and how fast it runs does not change the results.
   for key in _EXECUTION_ONLY:
     old.pop(key, None)

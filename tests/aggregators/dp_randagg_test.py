@@ -58,6 +58,23 @@ def test_clipping_applies_to_the_k_vector():
   np.testing.assert_allclose(flat[idx], kept / np.linalg.norm(kept), rtol=1e-5)
 
 
+def test_non_private_mean_does_not_clip():
+  # noise_multiplier=None, clip=None (seed 004's non-private FL-TOP): the
+  # fixed K values of two clients are averaged over the 2 participants,
+  # unclipped, although the expected cohort is 5. Values [1..6] and
+  # [3..8] at indices 1, 3, 5: means 3, 5, 7 (the old clip at 1 with the
+  # expected cohort's 5 gave norms of at most 2/5).
+  factory = dp_randagg.DPRandAggFactory(
+    None, 5, None, num_coordinates=3, fixed_indices=[1, 3, 5]
+  )
+  process = factory.create(STRUCT)
+  other = [VALUE[0] + 2, VALUE[1] + 2]
+  out = process.next(process.initialize(), [VALUE, other])
+  _, flat = _selected(out.result)
+  np.testing.assert_array_equal(flat, [0, 3, 0, 5, 0, 7])
+  assert training.find_dp_events(out.state) == []
+
+
 def test_coordinates_shared_fresh_each_round_and_seeded():
   factory = dp_randagg.DPRandAggFactory(0.0, 1, 100.0, fraction=0.5, seed=3)
   process = factory.create(STRUCT)
@@ -112,6 +129,14 @@ def test_payload_and_bytes():
       'noise_multiplier must be a finite number >= 0',
     ),
     (dict(num_coordinates=2, clip=0.0), 'clip must be a finite number > 0'),
+    (
+      dict(num_coordinates=2, noise_multiplier=None),
+      r'must both be None .* Found noise_multiplier=None, clip=1.0',
+    ),
+    (
+      dict(num_coordinates=2, clip=None),
+      r'must both be None .* Found noise_multiplier=1.0, clip=None',
+    ),
   ],
 )
 def test_bad_args(kwargs, match):

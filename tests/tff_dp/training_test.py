@@ -252,6 +252,34 @@ def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
     )
 
 
+def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
+  tmp_path,
+):
+  # A config.json written before `top_k_nonprivate_clip` existed ran with
+  # the clip (methods.LEGACY_DEFAULTS), not with today's default: today's
+  # default is a different run, and a rebuilt aggregator gets the old value.
+  assert methods.LEGACY_DEFAULTS['top_k_nonprivate_clip'] is True
+  config = _config(tmp_path, 'old', rounds=1)
+  assert config.top_k_nonprivate_clip is False
+  old = config.to_dict()
+  del old['top_k_nonprivate_clip']
+  out = pathlib.Path(config.output_dir)
+  out.mkdir(parents=True)
+  (out / 'config.json').write_text(json.dumps(old))
+  with pytest.raises(
+    ValueError, match=r'different flags \(top_k_nonprivate_clip\)'
+  ):
+    training._check_same_config(out, config)
+  training._check_same_config(
+    out, dataclasses.replace(config, top_k_nonprivate_clip=True)
+  )
+  kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
+  assert methods.MethodParams.from_config(old, **kwargs).top_k_nonprivate_clip
+  assert not methods.MethodParams.from_config(
+    config.to_dict(), **kwargs
+  ).top_k_nonprivate_clip
+
+
 @pytest.mark.parametrize(
   'kwargs, match',
   [
