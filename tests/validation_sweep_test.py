@@ -105,6 +105,7 @@ CASES = [
   (lambda: _config(sketch_k=0), 'sketch_k must be'),
   (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
   (lambda: _config(sketch_hashing='md5'), 'hashing must be one of'),
+  (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
   (lambda: _config(dpsfl_target_probability=1.0), 'dpsfl_target_probability'),
   (lambda: _config(dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
   (lambda: _config(cmp_rank=0), 'cmp_rank must be'),

@@ -38,6 +38,7 @@ from tff_dp.client_works import model_clip
 # added with a default equal to the old behaviour needs no entry.
 LEGACY_DEFAULTS: dict[str, Any] = {
   'top_k_nonprivate_clip': True,
+  'public_batch': 'first_per_class',
 }
 
 
@@ -65,6 +66,7 @@ class MethodParams:
   # Non-private FL-TOP / FL-BASIC: clip the K values at `clip` and divide by
   # the expected cohort (before #24) instead of the plain mean.
   top_k_nonprivate_clip: bool = False
+  public_batch: str = 'random'
   top_k_indices: Optional[Any] = None
   top_k_masks: Optional[Any] = None
   update_diagnostics: bool = False
@@ -421,7 +423,9 @@ register(
 
 
 def _fl_top_setup(p: MethodParams, task, data_dir) -> MethodParams:
-  x, y = public_data.public_batch(task, data_dir)
+  x, y = public_data.public_batch(
+    task, data_dir, mode=p.public_batch, seed=p.seed
+  )
   indices = fl_top.select_top_k(
     task.model_builder(), task.loss_builder(), x, y, ratio=p.top_k_ratio
   )

@@ -36,6 +36,7 @@ from absl import flags  # noqa: E402
 
 from tff_dp import methods  # noqa: E402
 from tff_dp import processes  # noqa: E402
+from tff_dp import public_data  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
@@ -131,6 +132,14 @@ _TOP_K_CLIP = flags.DEFINE_bool(
   'Non-private FL-TOP/FL-BASIC: clip the K values at --clip and divide by '
   'the expected cohort, as runs before issue #24 did (seed 004 does not '
   'clip them; off by default).',
+)
+_PUBLIC_BATCH = flags.DEFINE_enum(
+  'public_batch',
+  _D.public_batch,
+  list(public_data.MODES),
+  'FL-TOP on image tasks: the public batch that picks the Top-K weights, '
+  '10 random EMNIST digits drawn from --seed (seed 004 draws 10 random MNIST '
+  'images) or the first digit of each class (runs before issue #24).',
 )
 _SKETCH_ROWS = flags.DEFINE_integer(
   'sketch_rows', _D.sketch_rows, 'Count-sketch rows (>= 1; sketch methods).'
@@ -353,6 +362,7 @@ def config_from_flags() -> training.ExperimentConfig:
     lus_sparsity=_LUS_SPARSITY.value,
     top_k_ratio=_TOP_K.value,
     top_k_nonprivate_clip=_TOP_K_CLIP.value,
+    public_batch=_PUBLIC_BATCH.value,
     sketch_rows=_SKETCH_ROWS.value,
     sketch_columns=_SKETCH_COLUMNS.value,
     sketch_k=_SKETCH_K.value,

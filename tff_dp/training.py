@@ -57,6 +57,7 @@ from tff_dp import distributed
 from tff_dp import fusion
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
+from tff_dp import public_data
 from tff_dp import tasks as tasks_lib
 
 CHECKPOINT_PREFIX = 'round_'
@@ -98,6 +99,9 @@ class ExperimentConfig:
   # Non-private FL-TOP/FL-BASIC clip at `clip` as before #24 (the paper's
   # Alg. 1 does not clip; methods.LEGACY_DEFAULTS).
   top_k_nonprivate_clip: bool = False
+  # FL-TOP's public batch on image tasks: 10 random EMNIST digits from
+  # `seed`, or the first of each class (before #24; public_data.MODES).
+  public_batch: str = 'random'
   sketch_rows: int = 5
   sketch_columns: int = 20000
   sketch_k: int = 5000
@@ -229,6 +233,7 @@ class ExperimentConfig:
     for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
       _check_int(name, getattr(self, name), 1)
     count_sketch.check_hashing(self.sketch_hashing)
+    public_data.check_mode(self.public_batch)
     if not 0 <= self.sketch_momentum < 1:
       raise ValueError(
         f'sketch_momentum must be in [0, 1). Found {self.sketch_momentum!r}.'
