@@ -106,6 +106,14 @@ CASES = [
   (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
   (lambda: _config(sketch_hashing='md5'), 'hashing must be one of'),
   (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
+  (
+    lambda: _config(method='fl_top', clip_from_public_round=True),
+    r"clip_from_public_round is for methods .* Found method='fl_top'",
+  ),
+  (
+    lambda: _config(clip_from_public_round=True, clip_source='probe'),
+    "Set clip_from_public_round or clip_source, not both.*'probe'",
+  ),
   (lambda: _config(dpsfl_target_probability=1.0), 'dpsfl_target_probability'),
   (lambda: _config(dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
   (lambda: _config(cmp_rank=0), 'cmp_rank must be'),

@@ -12,6 +12,8 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 import dp_accounting
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import communication
@@ -26,6 +28,7 @@ from tff_dp.client_works import diagnostics
 from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
 from tff_dp.client_works import model_clip
+from tff_dp import tasks as tasks_lib
 
 
 # Settings whose default changed after runs were recorded with the old
@@ -67,6 +70,15 @@ class MethodParams:
   # the expected cohort (before #24) instead of the plain mean.
   top_k_nonprivate_clip: bool = False
   public_batch: str = 'random'
+  # Seed 004's clip rule: S from one local round on the public batch
+  # (`PUBLIC_ROUND_CLIP_METHODS`); `clip` is then replaced by S in setup.
+  clip_from_public_round: bool = False
+  # The local schedule (the public round runs it like a client).
+  batch_size: int = 10
+  local_epochs: int = 1
+  local_steps: Optional[int] = None
+  client_lr: float = 0.05
+  client_momentum: float = 0.0
   top_k_indices: Optional[Any] = None
   top_k_masks: Optional[Any] = None
   update_diagnostics: bool = False
@@ -226,6 +238,65 @@ def register(method: Method) -> Method:
   return method
 
 
+# FL-BASIC-DP's public clip: the median over this many random K-subsets
+# (seed 004: "the same steps are repeated for 100 times, where a new random
+# set of trainable weights with size K are selected each time").
+PUBLIC_ROUND_TRIALS = 100
+# The methods that take `clip_from_public_round` (FL-STD-DP is DP-FedAvg:
+# seed 004, "when K = |T| = n, the scheme is equivalent to FL-STD").
+PUBLIC_ROUND_CLIP_METHODS = ('dp_fedavg', 'fl_top_dp', 'fl_basic_dp')
+
+
+def public_round_norms(p: MethodParams, task, data_dir, masks_list) -> list:
+  """Seed 004's clip rule: update norms of one local round on public data.
+
+  For each entry of `masks_list` (None: every weight trained), runs the
+  run's local schedule (`batch_size`, `local_epochs`, `local_steps`,
+  `client_lr`, `client_momentum`: the preprocessing and optimizer a client
+  gets) on the server's public batch from w0, and returns the update's L2
+  norm (`fl_top.public_round_norm`). The batch is public, so the clip it
+  gives is not tuning on client data.
+  """
+  x, y = public_data.public_batch(
+    task, data_dir, mode=p.public_batch, seed=p.seed
+  )
+  preprocess = tasks_lib.client_preprocess_fn(
+    p.batch_size,
+    num_epochs=p.local_epochs,
+    max_steps=p.local_steps,
+    seed=p.seed,
+  )
+  batches = preprocess(tf.data.Dataset.from_tensor_slices((x, y)))
+  public_round = fl_top.PublicRound(
+    task.model_builder(),
+    task.loss_builder(),
+    tff.learning.optimizers.build_sgdm(
+      p.client_lr, momentum=p.client_momentum or None
+    ),
+  )
+  return [public_round.norm(batches, masks) for masks in masks_list]
+
+
+def _model_shapes(task) -> list:
+  return [tuple(v.shape) for v in task.model_builder().trainable_variables]
+
+
+def _public_clip_setup(masks_fn):
+  """A setup that sets `clip` by the public-round rule when asked.
+
+  `masks_fn(p, task) -> list of masks` (one entry per trial; the clip is
+  their median norm).
+  """
+
+  def setup(p: MethodParams, task, data_dir) -> MethodParams:
+    if not p.clip_from_public_round:
+      return p
+    norms = public_round_norms(p, task, data_dir, masks_fn(p, task))
+    return dataclasses.replace(p, clip=float(np.median(norms)))
+
+  return setup
+
+
 register(
   Method(
     name='fedavg',
@@ -253,6 +324,8 @@ register(
     upload_bytes=_dense_upload,
     round_event=_gaussian,
     event_from_state=True,
+    # --clip_from_public_round: the full update of one public round.
+    setup=_public_clip_setup(lambda p, task: [None]),
   )
 )
 
@@ -429,12 +502,25 @@ def _fl_top_setup(p: MethodParams, task, data_dir) -> MethodParams:
   indices = fl_top.select_top_k(
     task.model_builder(), task.loss_builder(), x, y, ratio=p.top_k_ratio
   )
-  shapes = [tuple(v.shape) for v in task.model_builder().trainable_variables]
-  return dataclasses.replace(
+  p = dataclasses.replace(
     p,
     top_k_indices=indices,
-    top_k_masks=fl_top.masks_from_indices(indices, shapes),
+    top_k_masks=fl_top.masks_from_indices(indices, _model_shapes(task)),
   )
+  # FL-TOP-DP: "S is set to the L2-norm of the Top-K weight update obtained
+  # for this single training round" (trained on the Top-K weights only).
+  return _public_clip_setup(lambda p, task: [p.top_k_masks])(p, task, data_dir)
+
+
+def _fl_basic_public_masks(p: MethodParams, task) -> list:
+  # "S is set to the median of these L2-norm values" over 100 random
+  # K-subsets, drawn from the public seed.
+  shapes = _model_shapes(task)
+  rng = np.random.default_rng(p.seed)
+  return [
+    fl_top.random_masks(shapes, _top_k_count(p), int(s))
+    for s in rng.integers(2**31, size=PUBLIC_ROUND_TRIALS)
+  ]
 
 
 def _top_k_count(p: MethodParams) -> int:
@@ -516,6 +602,7 @@ def _fl_basic_method(name: str, private: bool) -> Method:
     extra_download_bytes=lambda p: 4 * _top_k_count(p),
     round_event=_gaussian if private else None,
     event_from_state=private,
+    setup=_public_clip_setup(_fl_basic_public_masks),
     build_client_work=lambda p, model_fn, opt: (
       fl_top.build_random_subset_client_work(
         model_fn,

@@ -141,6 +141,14 @@ _PUBLIC_BATCH = flags.DEFINE_enum(
   '10 random EMNIST digits drawn from --seed (seed 004 draws 10 random MNIST '
   'images) or the first digit of each class (runs before issue #24).',
 )
+_CLIP_PUBLIC = flags.DEFINE_bool(
+  'clip_from_public_round',
+  _D.clip_from_public_round,
+  "Seed 004's clip rule (dp_fedavg, fl_top_dp, fl_basic_dp): replace --clip "
+  "by the update norm of one local round (this run's local schedule) on "
+  "the server's public batch, trained on the Top-K weights (fl_top_dp), "
+  'the median over 100 random K-subsets (fl_basic_dp) or all weights.',
+)
 _SKETCH_ROWS = flags.DEFINE_integer(
   'sketch_rows', _D.sketch_rows, 'Count-sketch rows (>= 1; sketch methods).'
 )
@@ -363,6 +371,7 @@ def config_from_flags() -> training.ExperimentConfig:
     top_k_ratio=_TOP_K.value,
     top_k_nonprivate_clip=_TOP_K_CLIP.value,
     public_batch=_PUBLIC_BATCH.value,
+    clip_from_public_round=_CLIP_PUBLIC.value,
     sketch_rows=_SKETCH_ROWS.value,
     sketch_columns=_SKETCH_COLUMNS.value,
     sketch_k=_SKETCH_K.value,

@@ -102,6 +102,9 @@ class ExperimentConfig:
   # FL-TOP's public batch on image tasks: 10 random EMNIST digits from
   # `seed`, or the first of each class (before #24; public_data.MODES).
   public_batch: str = 'random'
+  # Seed 004's clip rule: --clip is replaced by the update norm of one local
+  # round on the public batch (methods.PUBLIC_ROUND_CLIP_METHODS).
+  clip_from_public_round: bool = False
   sketch_rows: int = 5
   sketch_columns: int = 20000
   sketch_k: int = 5000
@@ -234,6 +237,18 @@ class ExperimentConfig:
       _check_int(name, getattr(self, name), 1)
     count_sketch.check_hashing(self.sketch_hashing)
     public_data.check_mode(self.public_batch)
+    if self.clip_from_public_round:
+      if self.method not in methods_lib.PUBLIC_ROUND_CLIP_METHODS:
+        raise ValueError(
+          'clip_from_public_round is for methods '
+          f'{methods_lib.PUBLIC_ROUND_CLIP_METHODS}. Found method='
+          f'{self.method!r}.'
+        )
+      if self.clip_source:
+        raise ValueError(
+          'Set clip_from_public_round or clip_source, not both: the clip '
+          f'comes from one place. Found clip_source={self.clip_source!r}.'
+        )
     if not 0 <= self.sketch_momentum < 1:
       raise ValueError(
         f'sketch_momentum must be in [0, 1). Found {self.sketch_momentum!r}.'
@@ -884,7 +899,7 @@ def run_experiment(
       'aggregator/dp_query_metrics/clip', metrics.get('aggregator/clip')
     )
     if clip is not None or method.private:
-      row['clip'] = clip if clip is not None else config.clip
+      row['clip'] = clip if clip is not None else params.clip
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       t_eval = time.perf_counter()
       row.update(
@@ -946,6 +961,8 @@ def run_experiment(
     'num_model_params': num_params,
     'sampling': sampling.to_dict(),
     'noise_multiplier': params.noise_multiplier if method.private else None,
+    # --clip, or what replaced it (--clip_from_public_round).
+    'clip': params.clip,
     'delta': delta,
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
@@ -1001,6 +1018,11 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
     steps.append(
       "FL-TOP's Top-K mask is chosen on a server-held public batch "
       '(not client data; EMNIST digits stand in for the public set)'
+    )
+  if config.clip_from_public_round:
+    steps.append(
+      'the clip (summary "clip") is the update norm of one local round on '
+      "the server's public batch (seed 004's rule; not client data)"
     )
   return steps
 

@@ -26,7 +26,7 @@ only makes sense if those weights keep their trained values). The whole
 model comes down; K values and the K indices' seed go up and down.
 """
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -86,6 +86,101 @@ def select_top_k(
   # Stable: ties broken by index, so the choice is deterministic.
   order = np.argsort(-flat, kind='stable')[:k]
   return np.sort(order)
+
+
+class PublicRound:
+  """One local round on public batches, as a client runs it.
+
+  Seed 004's DP clip rule (its experimental setup): "the server executes a
+  single training round locally, which is composed of T_gd SGD iterations
+  starting from the model parameters w_0, using the batch from the public
+  data. The clipping threshold S is set to the L2-norm of the Top-K weight
+  update obtained for this single training round."
+
+  `norm(batches, masks)` trains the model from w0 (its weights when this
+  object was built) over `batches` of `(x, y)` with the client's
+  optimizer, resets the weights outside `masks` to w0 after every step as a
+  client does (`build_masked_client_work`), and returns the update's L2
+  norm. The step is traced once and reused across calls (FL-BASIC-DP's 100
+  random subsets).
+  """
+
+  def __init__(
+    self,
+    model: tf.keras.Model,
+    loss: tf.keras.losses.Loss,
+    optimizer: tff.learning.optimizers.Optimizer,
+  ):
+    self._model = model
+    self._loss = loss
+    self._optimizer = optimizer
+    self._variables = list(model.trainable_variables)
+    self._w0 = [tf.constant(v.numpy()) for v in self._variables]
+    self._specs = [tf.TensorSpec(v.shape, v.dtype) for v in self._variables]
+    self._step = tf.function(self._step_fn)
+
+  def _step_fn(self, x, y, state, keep):
+    with tf.GradientTape() as tape:
+      value = self._loss(y, self._model(x, training=True))
+    grads = tape.gradient(value, self._variables)
+    state, updated = self._optimizer.next(state, self._variables, grads)
+    for v, u, k, w0 in zip(self._variables, updated, keep, self._w0):
+      v.assign(tf.where(k, u, w0))
+    return state
+
+  def norm(
+    self,
+    batches: tf.data.Dataset,
+    masks: Optional[Sequence[np.ndarray]] = None,
+  ) -> float:
+    """The update norm of one round over `batches` (None: all weights)."""
+    for v, w0 in zip(self._variables, self._w0):
+      v.assign(w0)
+    keep = [
+      tf.ones(v.shape, tf.bool) if masks is None else tf.constant(m > 0)
+      for v, m in zip(self._variables, masks or self._variables)
+    ]
+    state = self._optimizer.initialize(self._specs)
+    steps = 0
+    for x, y in batches:
+      state = self._step(x, y, state, keep)
+      steps += 1
+    if steps == 0:
+      raise ValueError('The public batches hold no batch to train on.')
+    return float(
+      np.sqrt(
+        sum(
+          np.sum(np.square((v - w0).numpy().astype(np.float64)))
+          for v, w0 in zip(self._variables, self._w0)
+        )
+      )
+    )
+
+
+def public_round_norm(
+  model: tf.keras.Model,
+  loss: tf.keras.losses.Loss,
+  batches: tf.data.Dataset,
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  masks: Optional[Sequence[np.ndarray]] = None,
+) -> float:
+  """`PublicRound(model, loss, optimizer).norm(batches, masks)`.
+
+  `model` is at w0 and is trained in place (pass a copy).
+  """
+  return PublicRound(model, loss, optimizer).norm(batches, masks)
+
+
+def random_masks(
+  shapes: Sequence[Sequence[int]], k: int, seed: int
+) -> list[np.ndarray]:
+  """0/1 masks of k flat coordinates drawn uniformly without replacement."""
+  dim = int(sum(np.prod(s) for s in shapes))
+  if not 1 <= k <= dim:
+    raise ValueError(f'k must be in [1, {dim}]. Found {k!r}.')
+  rng = np.random.default_rng(seed)
+  return masks_from_indices(rng.choice(dim, size=k, replace=False), shapes)
 
 
 def masks_from_indices(
