@@ -166,6 +166,7 @@ def _tabular_task(
   feature_names,
   server_batch_size=0,
 ):
+  hidden_units = hidden_units_from(hidden_units)
   rng = np.random.default_rng(seed)
   test = np.zeros(len(y), bool)
   for s in np.unique(site):
@@ -228,6 +229,29 @@ def _tabular_task(
   )
 
 
+def hidden_units_from(value) -> tuple[int, ...]:
+  """MLP hidden sizes from a sequence, an int or a string like '512x256'.
+
+  The string form is what `--task_option=hidden_units=512x256` passes.
+  """
+  if isinstance(value, str):
+    parts = value.split('x')
+  elif isinstance(value, (int, np.integer)):
+    parts = [value]
+  else:
+    parts = list(value)
+  try:
+    units = tuple(int(u) for u in parts)
+  except (TypeError, ValueError):
+    units = ()
+  if not units or any(u < 1 for u in units):
+    raise ValueError(
+      'hidden_units must be layer sizes >= 1, e.g. (64, 32) or "64x32". '
+      f'Found {value!r}.'
+    )
+  return units
+
+
 def _check_common(
   clients_per_site: int, test_fraction: float, server_batch_size: int = 0
 ) -> None:
@@ -268,7 +292,7 @@ def load_physionet2012(
     test_fraction: Fraction of each unit's stays held out for testing,
       stratified by outcome, in (0, 1).
     split_seed: Seed of the train/test and client splits.
-    hidden_units: MLP hidden layer sizes.
+    hidden_units: MLP hidden layer sizes (or a string like '512x256').
     model_seed: Seed of the initial weights.
     server_batch_size: Training patients held out as the server's batch
       (`task.public_x`), >= 0.

@@ -112,3 +112,28 @@ def test_physionet_server_batch_is_given_to_no_client(shared_data_dir):
 def test_physionet_bad_server_batch(shared_data_dir, size):
   with pytest.raises(ValueError, match='server_batch_size must be'):
     medical.load_physionet2012(shared_data_dir, server_batch_size=size)
+
+
+@pytest.mark.parametrize(
+  'value, units',
+  [('512x256', (512, 256)), ('64', (64,)), (64, (64,)), ([8, 4], (8, 4))],
+)
+def test_hidden_units_from(value, units):
+  assert medical.hidden_units_from(value) == units
+
+
+@pytest.mark.parametrize('value', ['', 'x', '64x0', 'wide', 0, [3, -1]])
+def test_hidden_units_from_rejects(value):
+  with pytest.raises(ValueError, match='hidden_units must be layer sizes'):
+    medical.hidden_units_from(value)
+
+
+def test_physionet_wide_mlp_from_a_task_option(shared_data_dir):
+  # Seed 004's medical K (r x n) needs a wider MLP than ours: the runner's
+  # --task_option=hidden_units=512x256 reaches the loader as a string.
+  from tff_dp import run  # pylint: disable=g-import-not-at-top
+
+  options = dict(run.parse_task_options(['hidden_units=512x256']))
+  task = medical.load_physionet2012(shared_data_dir, **options)
+  dim = task.test_x.shape[1]
+  assert task.num_parameters() == dim * 512 + 512 + 512 * 256 + 256 + 257
