@@ -36,6 +36,25 @@ One aggregation factory, three settings:
   and the bit's (multiplier sigma_b, sensitivity 1), composed in the event
   (`round_event`), which the ledger merges exactly.
 
+Adjacency and sensitivity. The seed's neighbours are record level
+(Def. 1: "two adjacent datasets ... that differ by only one record") and
+its sketch sensitivity is taken over vectors that "differ by at most one
+coordinate" (Def. 4): one counter per row moves, by at most 2C once each
+coordinate is bounded by clipping, so its L2 sensitivity is at most
+2C sqrt(rows). Ours is client level: one client's whole clipped update is
+added or removed. A count-sketch row of a g with ||g|| <= C can reach
+C sqrt(b) (b: the largest number of coordinates hashed to one counter,
+about d / columns, with g aligned to the bucket's signs), so noising a
+sketch of clipped updates with the per-coordinate bound would under-noise
+by up to sqrt(d / columns) (about 9x for the 1.66M-weight CNN at 20,000
+columns, 4x at 100,000). We clip the sketch itself
+(||S||_F <= sqrt(rows) C), so the noise meets the client-level bound,
+which is larger than the seed's. The seed's client "adds DP noise to the
+sketch before transmitting it to the server" (local noise, Alg. 1); we add
+it once to the secure sum of the clipped sketches (central noise behind
+secure aggregation, as DP-FedAvg): the same client-level guarantee for the
+released sum, with the noise of one client instead of n.
+
 Noise is seeded and stateless (the seed is in the state), from `noise_seed`
 (secret by default), never from the hashes' public `seed`; each clipped
 sketch is guarded (`finite_guard`): NaN counters or a float32 norm overflow
