@@ -208,6 +208,8 @@ def test_preflight_names_the_protobuf_setting():
     methods.METHODS['ddgauss'].preflight()
 
 
+# pytest-timeout's 600 s default would cut the subprocess's own guard.
+@pytest.mark.timeout(1300)
 @pytest.mark.usefixtures('shared_data_dir')
 def test_ddgauss_run_end_to_end_with_honest_ledger(tmp_path):
   """The runner picks pure-Python protobuf itself and accounts each round."""

@@ -159,6 +159,8 @@ def test_ddgauss_integer_vector_within_ledger_sensitivity(flat):
   assert float(meas['scaled_inflated_l2']) / scale <= CLIP * 1.01
 
 
+# pytest-timeout's 600 s default would cut the subprocess's own guard.
+@pytest.mark.timeout(1300)
 def test_ddgauss_sensitivity_in_subprocess():
   """Runs the DDGauss property test under protobuf's pure-Python backend.
 
