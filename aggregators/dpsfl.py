@@ -24,10 +24,26 @@ One aggregation factory, three settings:
   number of clients, as DP-FedAvg does.
 * **DPSFL-AC** (seed 002, Alg. 3-4): the clip adapts. The server broadcasts
   the clip C_t and the previous round's top-k indices T; each client, with
-  f = its sketch's clipping factor, computes the clipping impact on T,
-  ||(1 - f) g_T||_2, and sends the bit b = 1[impact <= gamma] (reading
-  chosen for the lost equation: the absolute L2 clipping error on the
-  previous top-k coordinates, bounded by the threshold gamma). The server
+  f = its sketch's clipping factor, computes the clipping impact on T and
+  sends the bit b = 1[impact <= gamma]. The seed's Eq. (6) was lost in
+  extraction; around it the seed defines "the norm of top-k coordinates"
+  and "the clipping error of top-k coordinates" separately, which points
+  to a relative test, our default (`impact_rule='relative'`):
+  ||(1 - f) g_T||_2 / ||g_T||_2 <= gamma. Our clip scales the whole sketch
+  (and so the update) by f, so this ratio is 1 - f whatever T is: under
+  norm clipping the relative test does not depend on the top-k set, and
+  DPSFL-AC becomes a quantile controller on the sketch norm, like Andrew
+  et al.'s: the clip settles where a fraction p of the clients have
+  ||S(g)||_F <= sqrt(rows) C / (1 - gamma); the seed's emphasis on the top-k
+  coordinates only matters for a clip that is not a uniform scale. It is
+  computed literally from the gathered values (1 - f where g_T = 0, e.g.
+  in the first round). `impact_rule='absolute'`, ||(1 - f) g_T||_2 <=
+  gamma, is what rows before issue #24 ran: it shrinks the clip whenever
+  the top-k part of an update is small, and our clip collapsed under it
+  (0.3 -> 0.016 in the EMNIST study). The bit's noise defaults to
+  sigma_b = expected clients / 20 (Andrew et al. 2021's choice; the seed
+  gives none and says only that the bit "requires only a negligible
+  fraction of the privacy budget"). The server
   adds N(0, sigma_b^2) to the sum of bits, estimates the probability
   p_hat = noisy sum / expected clients and updates
   C_{t+1} = C_t exp(eta_C (p - p_hat)) (geometric, as Andrew et al.): too
@@ -82,6 +98,12 @@ from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import finite_guard
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
+IMPACT_RULES = ('relative', 'absolute')
+
+
+def default_bit_noise(expected_clients_per_round: float) -> float:
+  """sigma_b = expected clients / 20 (Andrew et al. 2021's choice)."""
+  return expected_clients_per_round / 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,17 +113,41 @@ class AdaptiveClip:
   Attributes:
     target_probability: p in (0, 1): the wanted fraction of clients whose
       clipping impact on the previous top-k is at most `impact_threshold`.
-    impact_threshold: gamma > 0.
-    bit_noise_multiplier: sigma_b >= 0, the bit sum's noise stddev.
+    impact_threshold: gamma > 0 (< 1 for the relative rule).
+    bit_noise_multiplier: sigma_b >= 0, the bit sum's noise stddev; None
+      (default): expected clients per round / 20 (`default_bit_noise`),
+      resolved by the factory from its `clients_per_round`.
     learning_rate: eta_C > 0 of the geometric update.
+    impact_rule: 'relative' (||clip error on T|| / ||g_T||, the default) or
+      'absolute' (||clip error on T||; rows before issue #24).
   """
 
   target_probability: float = 0.5
   impact_threshold: float = 0.1
-  bit_noise_multiplier: float = 10.0
+  bit_noise_multiplier: Optional[float] = None
   learning_rate: float = 0.2
+  impact_rule: str = 'relative'
+
+  def resolved(self, clients_per_round: float) -> 'AdaptiveClip':
+    """A copy with the default bit noise filled in from the cohort."""
+    if self.bit_noise_multiplier is not None:
+      return self
+    return dataclasses.replace(
+      self, bit_noise_multiplier=default_bit_noise(clients_per_round)
+    )
 
   def check(self) -> None:
+    if self.impact_rule not in IMPACT_RULES:
+      raise ValueError(
+        f'impact_rule must be one of {IMPACT_RULES}. Found '
+        f'{self.impact_rule!r}.'
+      )
+    if self.impact_rule == 'relative' and not self.impact_threshold < 1:
+      raise ValueError(
+        'impact_threshold must be in (0, 1) for the relative rule (a '
+        'relative clipping error is at most 1, so gamma >= 1 always '
+        f'passes). Found {self.impact_threshold!r}.'
+      )
     p = self.target_probability
     if not (isinstance(p, (int, float)) and 0 < p < 1):
       raise ValueError(f'target_probability must be in (0, 1). Found {p!r}.')
@@ -109,7 +155,10 @@ class AdaptiveClip:
       raise ValueError(
         f'impact_threshold must be > 0. Found {self.impact_threshold!r}.'
       )
-    if not self.bit_noise_multiplier >= 0:
+    if (
+      self.bit_noise_multiplier is not None
+      and not self.bit_noise_multiplier >= 0
+    ):
       raise ValueError(
         'bit_noise_multiplier must be >= 0. Found '
         f'{self.bit_noise_multiplier!r}.'
@@ -131,6 +180,11 @@ def round_event(
   sketch = dp_accounting.GaussianDpEvent(noise_multiplier)
   if adaptive is None:
     return sketch
+  if adaptive.bit_noise_multiplier is None:
+    raise ValueError(
+      'round_event needs the bit noise: pass adaptive.resolved('
+      'clients_per_round).'
+    )
   return dp_accounting.ComposedDpEvent(
     [sketch, dp_accounting.GaussianDpEvent(adaptive.bit_noise_multiplier)]
   )
@@ -205,6 +259,7 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
       )
     if adaptive is not None:
       adaptive.check()
+      adaptive = adaptive.resolved(clients_per_round)
     self._rows, self._columns, self._k = int(rows), int(columns), int(k)
     self._momentum, self._lr = float(momentum), float(learning_rate)
     self._private = private
@@ -299,7 +354,12 @@ class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
       scaled, factor = tf.cond(tf.math.is_finite(norm), fast, slow)
       bit = tf.constant(0.0)
       if adaptive is not None:
-        impact = (1.0 - factor) * tf.norm(tf.gather(g, top_k))
+        top_norm = tf.norm(tf.gather(g, top_k))
+        impact = (1.0 - factor) * top_norm
+        if adaptive.impact_rule == 'relative':
+          impact = tf.where(
+            top_norm > 0, impact / tf.maximum(top_norm, 1e-30), 1.0 - factor
+          )
         bit = tf.cast(impact <= adaptive.impact_threshold, tf.float32)
       return collections.OrderedDict(table=scaled, bit=bit)
 

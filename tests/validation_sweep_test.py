@@ -116,6 +116,14 @@ CASES = [
   ),
   (lambda: _config(dpsfl_target_probability=1.0), 'dpsfl_target_probability'),
   (lambda: _config(dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
+  (
+    lambda: _config(dpsfl_impact_rule='ratio'),
+    r"impact_rule must be one of \('relative', 'absolute'\)",
+  ),
+  (
+    lambda: _config(dpsfl_impact_threshold=1.5),
+    r'impact_threshold must be in \(0, 1\) for the relative rule',
+  ),
   (lambda: _config(cmp_rank=0), 'cmp_rank must be'),
   (lambda: _config(cmp_clip_u=0.0), 'cmp_clip_u must be'),
   (lambda: _config(accountant='moments'), 'accountant'),

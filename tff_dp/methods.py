@@ -42,6 +42,7 @@ from tff_dp import tasks as tasks_lib
 LEGACY_DEFAULTS: dict[str, Any] = {
   'top_k_nonprivate_clip': True,
   'public_batch': 'first_per_class',
+  'dpsfl_impact_rule': 'absolute',
 }
 
 
@@ -89,8 +90,10 @@ class MethodParams:
   sketch_hashing: str = 'murmur'
   dpsfl_target_probability: float = 0.5
   dpsfl_impact_threshold: float = 0.1
-  dpsfl_bit_noise: float = 10.0
+  # None: expected clients / 20 (dpsfl.default_bit_noise).
+  dpsfl_bit_noise: Optional[float] = None
   dpsfl_clip_lr: float = 0.2
+  dpsfl_impact_rule: str = 'relative'
   cmp_rank: int = 4
   cmp_clip_u: Optional[float] = None
   cmp_clip_v: Optional[float] = None
@@ -625,7 +628,8 @@ def _dpsfl_adaptive(p: MethodParams) -> dpsfl.AdaptiveClip:
     impact_threshold=p.dpsfl_impact_threshold,
     bit_noise_multiplier=p.dpsfl_bit_noise,
     learning_rate=p.dpsfl_clip_lr,
-  )
+    impact_rule=p.dpsfl_impact_rule,
+  ).resolved(p.expected_clients_per_round)
 
 
 def _sketch_method(name: str) -> Method:

@@ -135,6 +135,24 @@ def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   return dp_accounting.GaussianDpEvent(1.0 / math.sqrt(inverse_sq))
 
 
+def gaussian_shares(event: dp_accounting.DpEvent) -> Optional[list[float]]:
+  """Each part's share of a composed Gaussian round's privacy cost.
+
+  For `ComposedDpEvent([Gaussian(z_1), ..., Gaussian(z_k)])` (one cohort,
+  merged exactly as `merge_gaussians` does), part i's 1/z_i^2 over
+  sum_j 1/z_j^2: the fraction of the merged event's inverse variance it
+  adds (e.g. DPSFL-AC's clip bit against its sketch). None for any other
+  event.
+  """
+  if not isinstance(event, dp_accounting.ComposedDpEvent):
+    return None
+  parts = [_gaussian_inverse_square(e) for e in event.events]
+  if any(x is None or math.isinf(x) for x in parts) or not sum(parts):
+    return None
+  total = sum(parts)
+  return [x / total for x in parts]
+
+
 def _gaussian_inverse_square(event) -> Optional[float]:
   if isinstance(event, dp_accounting.GaussianDpEvent):
     z = float(event.noise_multiplier)

@@ -38,6 +38,7 @@ from tff_dp import methods  # noqa: E402
 from tff_dp import processes  # noqa: E402
 from tff_dp import public_data  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
+from tff_dp.aggregators import dpsfl  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
 
@@ -183,7 +184,16 @@ _DPSFL_GAMMA = flags.DEFINE_float(
 _DPSFL_BIT_NOISE = flags.DEFINE_float(
   'dpsfl_bit_noise',
   _D.dpsfl_bit_noise,
-  "DPSFL-AC: the bit sum's noise stddev (>= 0), composed in the ledger.",
+  "DPSFL-AC: the bit sum's noise stddev (>= 0), composed in the ledger; "
+  'default: expected clients per round / 20 (Andrew et al. 2021).',
+)
+_DPSFL_RULE = flags.DEFINE_enum(
+  'dpsfl_impact_rule',
+  _D.dpsfl_impact_rule,
+  list(dpsfl.IMPACT_RULES),
+  "DPSFL-AC's clipping-impact test on the last top-k: relative (clip error "
+  '/ norm of the top-k part <= gamma, in (0, 1)) or absolute (clip error <= '
+  'gamma; runs before issue #24).',
 )
 _DPSFL_CLIP_LR = flags.DEFINE_float(
   'dpsfl_clip_lr', _D.dpsfl_clip_lr, 'DPSFL-AC: geometric clip step (> 0).'
@@ -381,6 +391,7 @@ def config_from_flags() -> training.ExperimentConfig:
     dpsfl_impact_threshold=_DPSFL_GAMMA.value,
     dpsfl_bit_noise=_DPSFL_BIT_NOISE.value,
     dpsfl_clip_lr=_DPSFL_CLIP_LR.value,
+    dpsfl_impact_rule=_DPSFL_RULE.value,
     cmp_rank=_CMP_RANK.value,
     cmp_clip_u=_CMP_CLIP_U.value,
     cmp_clip_v=_CMP_CLIP_V.value,

@@ -50,6 +50,7 @@ import tensorflow_federated as tff
 from tff_dp import composition
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import dpsfl
 from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
 from tff_dp import contexts
@@ -112,8 +113,12 @@ class ExperimentConfig:
   sketch_hashing: str = 'murmur'
   dpsfl_target_probability: float = 0.5
   dpsfl_impact_threshold: float = 0.1
-  dpsfl_bit_noise: float = 10.0
+  # None: expected clients per round / 20 (Andrew et al.; see dpsfl).
+  dpsfl_bit_noise: Optional[float] = None
   dpsfl_clip_lr: float = 0.2
+  # DPSFL-AC's clipping-impact test (dpsfl.IMPACT_RULES); 'absolute' before
+  # issue #24 (methods.LEGACY_DEFAULTS).
+  dpsfl_impact_rule: str = 'relative'
   cmp_rank: int = 4
   cmp_clip_u: Optional[float] = None
   cmp_clip_v: Optional[float] = None
@@ -260,7 +265,12 @@ class ExperimentConfig:
       )
     for name in ('dpsfl_impact_threshold', 'dpsfl_clip_lr'):
       _check_float(name, getattr(self, name), positive=True)
-    _check_float('dpsfl_bit_noise', self.dpsfl_bit_noise, positive=False)
+    if self.dpsfl_bit_noise is not None:
+      _check_float('dpsfl_bit_noise', self.dpsfl_bit_noise, positive=False)
+    dpsfl.AdaptiveClip(
+      impact_threshold=self.dpsfl_impact_threshold,
+      impact_rule=self.dpsfl_impact_rule,
+    ).check()
     for name in ('cmp_clip_u', 'cmp_clip_v'):
       if getattr(self, name) is not None:
         _check_float(name, getattr(self, name), positive=True)
@@ -963,6 +973,13 @@ def run_experiment(
     'noise_multiplier': params.noise_multiplier if method.private else None,
     # --clip, or what replaced it (--clip_from_public_round).
     'clip': params.clip,
+    # A round that composes several Gaussians on one cohort (DPSFL-AC's
+    # sketch and clip bit): each one's share of the merged 1/z^2.
+    'round_event_shares': privacy.gaussian_shares(
+      method.round_event(params.noise_multiplier, params)
+    )
+    if method.private and method.round_event is not None
+    else None,
     'delta': delta,
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger

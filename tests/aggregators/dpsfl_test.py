@@ -1,5 +1,7 @@
 """FetchSGD / DPSFL / DPSFL-AC sketch aggregation."""
 
+import dataclasses
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -119,19 +121,13 @@ def test_dpsfl_noise_stddev_per_counter():
     assert (first.measurements['sketch_norm'] == norms[0]) == same
 
 
-@pytest.mark.parametrize(
-  'entries, direction', [({0: 100.0}, 'up'), ({0: 1e-3}, 'down')]
-)
-def test_adaptive_clip_moves_the_right_way(entries, direction):
-  # Bit noise 0. Coordinate 0 is in the initial "previous top-k" (zeros).
-  # A huge update clipped at 1 has impact ~99 > gamma on it: bits 0,
-  # p_hat 0 < target, the clip grows; a tiny one is unclipped: bits 1,
-  # p_hat 1 > target, the clip shrinks.
+def _clips_and_p_hat(entries, impact_rule, rounds=3):
   adaptive = dpsfl.AdaptiveClip(
     target_probability=0.5,
     impact_threshold=0.1,
     bit_noise_multiplier=0.0,
     learning_rate=0.2,
+    impact_rule=impact_rule,
   )
   process = dpsfl.dpsfl_ac(
     5,
@@ -144,11 +140,48 @@ def test_adaptive_clip_moves_the_right_way(entries, direction):
   ).create(TYPE)
   state = process.initialize()
   clips = []
-  for _ in range(3):
+  for _ in range(rounds):
     out = process.next(state, [_value(entries)] * 3)
     state = out.state
     clips.append(float(state['server']['clip']))
-  p_hat = out.measurements['unclipped_probability']
+  return clips, float(out.measurements['unclipped_probability'])
+
+
+@pytest.mark.parametrize(
+  'entries, impact_rule, direction',
+  [
+    # Coordinate 0 is in the first round's "previous top-k" (zeros), and
+    # carries a small value next to a huge one at 5, clipped at 1 (f ~ 1%).
+    # Absolute: (1 - f) x 0.01 ~ 0.0099 <= 0.1, bit 1, the clip shrinks
+    # although 99% of the update is clipped away (the collapse of the old
+    # study). Relative: (1 - f) ~ 0.99 > 0.1, bit 0, the clip grows.
+    ({0: 0.01, 5: 100.0}, 'absolute', 'down'),
+    ({0: 0.01, 5: 100.0}, 'relative', 'up'),
+    # g_T = 0 (nothing at coordinate 0): the relative rule reads 1 - f.
+    ({5: 100.0}, 'relative', 'up'),
+    ({5: 1e-3}, 'relative', 'down'),
+  ],
+)
+def test_impact_rules_disagree_where_the_top_k_part_is_small(
+  entries, impact_rule, direction
+):
+  clips, p_hat = _clips_and_p_hat(entries, impact_rule, rounds=1)
+  if direction == 'up':
+    assert p_hat == 0.0 and clips[0] == pytest.approx(np.exp(0.1))
+  else:
+    assert p_hat == 1.0 and clips[0] == pytest.approx(np.exp(-0.1))
+
+
+@pytest.mark.parametrize('impact_rule', ['relative', 'absolute'])
+@pytest.mark.parametrize(
+  'entries, direction', [({0: 100.0}, 'up'), ({0: 1e-3}, 'down')]
+)
+def test_adaptive_clip_moves_the_right_way(entries, direction, impact_rule):
+  # Bit noise 0. Coordinate 0 is in the initial "previous top-k" (zeros).
+  # A huge update clipped at 1 has impact ~99 (relative: 0.99) > gamma on
+  # it: bits 0, p_hat 0 < target, the clip grows; a tiny one is unclipped:
+  # bits 1, p_hat 1 > target, the clip shrinks.
+  clips, p_hat = _clips_and_p_hat(entries, impact_rule)
   if direction == 'up':
     assert p_hat == pytest.approx(0.0)
     np.testing.assert_allclose(clips, np.exp(0.1 * np.arange(1, 4)), rtol=1e-5)
@@ -184,6 +217,14 @@ def test_round_event_composes_the_bit():
     (
       dict(adaptive=dpsfl.AdaptiveClip(impact_threshold=0.0)),
       'impact_threshold must be > 0',
+    ),
+    (
+      dict(adaptive=dpsfl.AdaptiveClip(impact_threshold=1.0)),
+      r'impact_threshold must be in \(0, 1\) for the relative rule.*1.0',
+    ),
+    (
+      dict(adaptive=dpsfl.AdaptiveClip(impact_rule='ratio')),
+      r"impact_rule must be one of \('relative', 'absolute'\). Found 'ratio'",
     ),
     (dict(hashing='sha1'), r"hashing must be one of \('murmur', 'block'\)"),
   ],
@@ -278,3 +319,29 @@ def test_dpsfl_ac_bit_noise_stddev():
     draws.append(out.measurements['unclipped_probability'] - 1.0)
   assert np.std(draws) == pytest.approx(sigma_b / n, rel=0.25)
   assert abs(np.mean(draws)) < 3 * sigma_b / n / np.sqrt(60)
+
+
+def test_bit_noise_defaults_to_expected_clients_over_20():
+  # Andrew et al.'s sigma_b = m / 20: 40 expected clients give 2.0, and
+  # its share of the round's merged 1/z^2 is reported.
+  from tff_dp import methods  # pylint: disable=g-import-not-at-top
+
+  p = methods.MethodParams(
+    num_model_params=D, expected_clients_per_round=40.0, noise_multiplier=1.2
+  )
+  method = methods.METHODS['dpsfl_ac']
+  event = method.round_event(1.2, p)
+  assert event == dp_accounting.ComposedDpEvent(
+    [dp_accounting.GaussianDpEvent(1.2), dp_accounting.GaussianDpEvent(2.0)]
+  )
+  shares = privacy.gaussian_shares(event)
+  bit = 2.0**-2 / (1.2**-2 + 2.0**-2)
+  assert shares == pytest.approx([1 - bit, bit])
+  factory = method.build_aggregator(p)
+  assert factory.round_event() == event
+  explicit = dataclasses.replace(p, dpsfl_bit_noise=10.0)
+  assert method.round_event(1.2, explicit).events[1] == (
+    dp_accounting.GaussianDpEvent(10.0)
+  )
+  with pytest.raises(ValueError, match='round_event needs the bit noise'):
+    dpsfl.round_event(1.2, dpsfl.AdaptiveClip())
