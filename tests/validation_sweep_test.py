@@ -103,6 +103,11 @@ CASES = [
   (lambda: _config(blur_lambda=-1.0), 'blur_lambda'),
   (lambda: _config(sketch_rows=0), 'sketch_rows must be'),
   (lambda: _config(sketch_k=0), 'sketch_k must be'),
+  (lambda: _config(sketch_lr=0.0), 'sketch_lr must be'),
+  (
+    lambda: _config(sketch_k=101, sketch_columns=100),
+    r'sketch_k must be at most sketch_columns \(100\).*Found 101',
+  ),
   (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
   (lambda: _config(sketch_hashing='md5'), 'hashing must be one of'),
   (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),

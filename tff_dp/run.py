@@ -170,6 +170,13 @@ _SKETCH_HASHING = flags.DEFINE_enum(
   'block (a cyclic shift and a sign per block of columns coordinates: same '
   'collision probability 1/columns, about 4x cheaper to sketch).',
 )
+_SKETCH_LR = flags.DEFINE_float(
+  'sketch_lr',
+  _D.sketch_lr,
+  'Sketch methods: the step applied from the momentum sketch to the error '
+  "sketch (> 0; FetchSGD's lr; keep --server_lr at 1). With "
+  '--sketch_momentum rho the steady step is sketch_lr / (1 - rho).',
+)
 _DPSFL_P = flags.DEFINE_float(
   'dpsfl_target_probability',
   _D.dpsfl_target_probability,
@@ -387,6 +394,7 @@ def config_from_flags() -> training.ExperimentConfig:
     sketch_k=_SKETCH_K.value,
     sketch_momentum=_SKETCH_MOMENTUM.value,
     sketch_hashing=_SKETCH_HASHING.value,
+    sketch_lr=_SKETCH_LR.value,
     dpsfl_target_probability=_DPSFL_P.value,
     dpsfl_impact_threshold=_DPSFL_GAMMA.value,
     dpsfl_bit_noise=_DPSFL_BIT_NOISE.value,

@@ -107,10 +107,16 @@ class ExperimentConfig:
   # round on the public batch (methods.PUBLIC_ROUND_CLIP_METHODS).
   clip_from_public_round: bool = False
   sketch_rows: int = 5
-  sketch_columns: int = 20000
-  sketch_k: int = 5000
+  # k / columns = 0.1: a count sketch recovers only coordinates well above
+  # ||g|| / sqrt(columns); the seed-002 study diverged at k / columns = 0.5
+  # (defaults before issue #24: 20,000 and 5,000).
+  sketch_columns: int = 100_000
+  sketch_k: int = 10_000
   sketch_momentum: float = 0.9
   sketch_hashing: str = 'murmur'
+  # The error-feedback step in sketch space (FetchSGD's lr; the server lr
+  # must stay 1). With sketch momentum rho the steady step is lr / (1 - rho).
+  sketch_lr: float = 1.0
   dpsfl_target_probability: float = 0.5
   dpsfl_impact_threshold: float = 0.1
   # None: expected clients per round / 20 (Andrew et al.; see dpsfl).
@@ -191,7 +197,7 @@ class ExperimentConfig:
       _check_int('clients_per_round', self.clients_per_round, 1)
     if self.ddgauss_min_clients is not None:
       _check_int('ddgauss_min_clients', self.ddgauss_min_clients, 2)
-    for name in ('client_lr', 'server_lr', 'clip'):
+    for name in ('client_lr', 'server_lr', 'clip', 'sketch_lr'):
       _check_float(name, getattr(self, name), positive=True)
     for name in ('client_momentum', 'server_momentum'):
       v = getattr(self, name)
@@ -240,6 +246,20 @@ class ExperimentConfig:
     _check_int('local_workers', self.local_workers, 0)
     for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
       _check_int(name, getattr(self, name), 1)
+    if self.sketch_k > self.sketch_columns:
+      raise ValueError(
+        f'sketch_k must be at most sketch_columns ({self.sketch_columns}): '
+        'a count sketch recovers only coordinates well above '
+        f'||g|| / sqrt(columns). Found {self.sketch_k!r}.'
+      )
+    if self.method in ('fetchsgd', 'dpsfl', 'dpsfl_ac') and (
+      self.sketch_k > 0.1 * self.sketch_columns
+    ):
+      logging.warning(
+        'sketch_k / sketch_columns = %.2f > 0.1: FetchSGD diverged at 0.5 in '
+        "the seed-002 study (benchmarks/results/seed002_emnist.md's notes).",
+        self.sketch_k / self.sketch_columns,
+      )
     count_sketch.check_hashing(self.sketch_hashing)
     public_data.check_mode(self.public_batch)
     if self.clip_from_public_round:

@@ -275,6 +275,7 @@ def test_runner_methods(tmp_path, method, hashing):
       sketch_columns=100,
       sketch_k=50,
       sketch_hashing=hashing,
+      dpsfl_bit_noise=10.0,
       batch_size=32,
       output_dir=str(tmp_path / method),
     )
@@ -294,6 +295,12 @@ def test_runner_methods(tmp_path, method, hashing):
   assert event == dp_accounting.PoissonSampledDpEvent(
     1.0, dp_accounting.GaussianDpEvent(pytest.approx(z))
   )
+  if ac:  # The bit's share of the round's 1/z^2: 0.01 / 1.01.
+    assert summary['round_event_shares'] == pytest.approx(
+      [1 / 1.01, 0.01 / 1.01]
+    )
+  else:
+    assert summary['round_event_shares'] is None
 
 
 def test_dpsfl_ac_bit_noise_stddev():
@@ -345,3 +352,37 @@ def test_bit_noise_defaults_to_expected_clients_over_20():
   )
   with pytest.raises(ValueError, match='round_event needs the bit noise'):
     dpsfl.round_event(1.2, dpsfl.AdaptiveClip())
+
+
+def test_sketch_lr_reaches_the_factory_through_the_runner_params():
+  # --sketch_lr is FetchSGD's step into the error sketch: at 0.5 the first
+  # round recovers half of the mean's top 4 (the rest stays as error).
+  from tff_dp import methods  # pylint: disable=g-import-not-at-top
+
+  a = {1: 2.0, 7: -1.0, 30: 4.0}
+  b = {1: 2.0, 12: 3.0, 39: -5.0}
+  mean = (_flat(_value(a)) + _flat(_value(b))) / 2
+  p = methods.MethodParams(
+    num_model_params=D,
+    expected_clients_per_round=2.0,
+    sketch_rows=5,
+    sketch_columns=400,
+    sketch_k=4,
+    sketch_momentum=0.5,
+    sketch_lr=0.5,
+    seed=2,
+  )
+  process = methods.METHODS['fetchsgd'].build_aggregator(p).create(TYPE)
+  out = process.next(process.initialize(), [_value(a), _value(b)])
+  expected = 0.5 * mean
+  expected[7] = 0.0
+  np.testing.assert_allclose(_flat(out.result), expected, atol=1e-6)
+  assert (
+    methods.MethodParams(
+      num_model_params=1, expected_clients_per_round=1.0
+    ).sketch_k
+    <= 0.1
+    * methods.MethodParams(
+      num_model_params=1, expected_clients_per_round=1.0
+    ).sketch_columns
+  )
