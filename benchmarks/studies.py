@@ -736,7 +736,9 @@ clipping at 0.5 x FedAvg's average update norm, no noise) and DP-FedAvg
 (IID: Dirichlet alpha 100), a 2-layer MLP (200 hidden) and CNN-2-layers.
 **Reduced:** LEAF's 300 EMNIST writers (the seed: 1,920 clients of 125
 digits), CIFAR-10 over 100 clients; 20 clients a round by fixed-size
-sampling (uniform without replacement; the seed samples by Poisson), 30
+sampling (uniform without replacement; the seed also fixes its cohort,
+"|P_t| = 80, for all t", and accounts with the moments accountant of
+Abadi et al. it cites, a Poisson-sampling analysis), 30
 rounds, 10 local steps of batch 32 (the seed: 80 clients,
 Q = 32, batch 64); delta 1e-3. Seed 003's claims to check: clipping costs
 accuracy (more for the MLP and for dispersed updates), DP costs more on top,
