@@ -105,6 +105,10 @@ CASES = [
   (lambda: _config(sketch_k=0), 'sketch_k must be'),
   (lambda: _config(sketch_lr=0.0), 'sketch_lr must be'),
   (
+    lambda: _config(client_lr_decay=1.01),
+    r'client_lr_decay must be in \(0, 1\]. Found 1.01',
+  ),
+  (
     lambda: _config(sketch_k=101, sketch_columns=100),
     r'sketch_k must be at most sketch_columns \(100\).*Found 101',
   ),

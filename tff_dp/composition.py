@@ -7,7 +7,8 @@ they are: they are wrapped to ignore weights, and clients are then weighted
 uniformly, as DP requires.
 """
 
-from typing import Any, Callable, Optional, Union
+import collections
+from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 import tensorflow_federated as tff
@@ -113,3 +114,28 @@ def build_learning_process(
   return tff.learning.templates.compose_learning_process(
     initial_fn, distributor, client_work, aggregator, finalizer
   )
+
+
+def with_client_learning_rate(
+  process: tff.learning.templates.LearningProcess, state, learning_rate: float
+):
+  """`state` with the client optimizer's learning rate set (TFF hparams).
+
+  Works for TFF's model-delta client work and `tff_dp`'s (both keep the
+  client optimizer's hparams, `learning_rate` among them, as the client
+  work's hparams). Raises if the process has no such hparam.
+  """
+  hparams = process.get_hparams(state)
+  client = hparams.get('client_work')
+  if not isinstance(client, Mapping) or 'learning_rate' not in client:
+    raise ValueError(
+      "This process's client work has no 'learning_rate' hparam to decay "
+      f'(its hparams: {hparams!r}).'
+    )
+  client = collections.OrderedDict(client)
+  client['learning_rate'] = np.asarray(
+    learning_rate, np.asarray(client['learning_rate']).dtype
+  )
+  hparams = collections.OrderedDict(hparams)
+  hparams['client_work'] = client
+  return process.set_hparams(state, hparams)

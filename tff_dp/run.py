@@ -224,6 +224,12 @@ _STEPS = flags.DEFINE_integer(
 _CLIENT_LR = flags.DEFINE_float(
   'client_lr', _D.client_lr, 'Client learning rate.'
 )
+_LR_DECAY = flags.DEFINE_float(
+  'client_lr_decay',
+  _D.client_lr_decay,
+  'Client lr multiplied by this every round (round t: client_lr x '
+  'decay^(t-1)), in (0, 1]; seed 001 decays by 0.99. 1: constant.',
+)
 _MOMENTUM = flags.DEFINE_float(
   'client_momentum', _D.client_momentum, 'Client momentum.'
 )
@@ -408,6 +414,7 @@ def config_from_flags() -> training.ExperimentConfig:
     local_steps=_STEPS.value,
     client_lr=_CLIENT_LR.value,
     client_momentum=_MOMENTUM.value,
+    client_lr_decay=_LR_DECAY.value,
     server_lr=_SERVER_LR.value,
     server_momentum=_SERVER_MOMENTUM.value,
     seed=_SEED.value,

@@ -133,6 +133,8 @@ class ExperimentConfig:
   local_steps: Optional[int] = None
   client_lr: float = 0.05
   client_momentum: float = 0.0
+  # Seed 001: the local lr "decays at a rate of 0.99 at each round"; 1: none.
+  client_lr_decay: float = 1.0
   server_lr: float = 1.0
   server_momentum: float = 0.0
   seed: int = 0
@@ -199,6 +201,9 @@ class ExperimentConfig:
       _check_int('ddgauss_min_clients', self.ddgauss_min_clients, 2)
     for name in ('client_lr', 'server_lr', 'clip', 'sketch_lr'):
       _check_float(name, getattr(self, name), positive=True)
+    d = self.client_lr_decay
+    if not (isinstance(d, (int, float)) and 0 < d <= 1):
+      raise ValueError(f'client_lr_decay must be in (0, 1]. Found {d!r}.')
     for name in ('client_momentum', 'server_momentum'):
       v = getattr(self, name)
       if not 0 <= v < 1:
@@ -888,6 +893,11 @@ def run_experiment(
     upcoming = draw() if round_num < config.rounds else None
     rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
     t_train = time.perf_counter()
+    if config.client_lr_decay != 1.0:
+      # A function of the round only, so a resumed run is exact.
+      state = composition.with_client_learning_rate(
+        process, state, client_lr_at(config, round_num)
+      )
     try:
       if config.workers or config.local_workers:
         output = distributed.call_watching_workers(process.next, state, data)
@@ -920,6 +930,8 @@ def run_experiment(
       'bytes_down_total': totals['down'],
       'bytes_up_total': totals['up'],
     }
+    if config.client_lr_decay != 1.0:
+      row['client_lr'] = client_lr_at(config, round_num)
     if method.private:
       event = released_event(method, params, state, output.metrics)
       ledger.record(event)
@@ -1123,6 +1135,11 @@ _EXECUTION_ONLY = (
   'intra_op_threads',
   'inter_op_threads',
 )
+
+
+def client_lr_at(config: ExperimentConfig, round_num: int) -> float:
+  """Round `round_num`'s (1-based) client lr: client_lr x decay^(t - 1)."""
+  return config.client_lr * config.client_lr_decay ** (round_num - 1)
 
 
 def _check_same_config(

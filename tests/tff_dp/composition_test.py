@@ -64,3 +64,38 @@ def test_rejects_non_factory():
       server_optimizer=None,
       model_aggregator=object(),
     )
+
+
+@pytest.mark.parametrize('diagnostics', [False, True])
+def test_client_learning_rate_set_through_hparams(shared_data_dir, diagnostics):
+  # One plain-SGD step per client from the same weights: the update is
+  # -lr x gradient, so setting lr 0.1 -> 0.025 scales the round's model
+  # change by exactly 1/4 (TFF's client work and ours, with diagnostics).
+  from tff_dp.client_works import diagnostics as diag  # pylint: disable=g-import-not-at-top
+
+  task = medical.load_heart_disease(shared_data_dir)
+  contexts.set_simulation_context()
+  process = composition.build_learning_process(
+    task.model_fn,
+    client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+    client_metrics_fn=diag.update_norm_metrics(1.0) if diagnostics else None,
+  )
+  preprocess = task_lib.client_preprocess_fn(16, max_steps=1, seed=0)
+  data = [
+    preprocess(task.train_data.create_tf_dataset_for_client(c))
+    for c in task.train_data.client_ids
+  ]
+  state = process.initialize()
+  start = process.get_model_weights(state).trainable
+  slow = composition.with_client_learning_rate(process, state, 0.025)
+  lr = process.get_hparams(slow)['client_work']['learning_rate']
+  assert lr == pytest.approx(0.025)
+  full = process.next(state, data).state
+  quarter = process.next(slow, data).state
+  for w0, a, b in zip(
+    start,
+    process.get_model_weights(full).trainable,
+    process.get_model_weights(quarter).trainable,
+  ):
+    np.testing.assert_allclose(b - w0, (a - w0) / 4, rtol=1e-4, atol=1e-7)
