@@ -44,6 +44,33 @@ if sys.platform.startswith('linux'):
   except (OSError, AttributeError):
     _PRCTL = None
 
+# glibc's malloc_trim, or None (another libc or platform).
+_MALLOC_TRIM = None
+if sys.platform.startswith('linux'):
+  try:
+    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+    _MALLOC_TRIM.argtypes = [ctypes.c_size_t]
+    _MALLOC_TRIM.restype = ctypes.c_int
+  except (OSError, AttributeError):
+    _MALLOC_TRIM = None
+
+
+def release_free_memory() -> bool:
+  """Returns this process's free heap pages to the OS (glibc malloc_trim).
+
+  A long run frees and reallocates large native buffers every round
+  (client datasets, TF tensors); glibc keeps freed pages in its arenas, so
+  the resident size crept up about 2 MB a round in a 200-round run
+  (benchmarks/results/memory.md) with no Python object left behind. The
+  runner calls this once a round. Returns False where there is no
+  malloc_trim.
+  """
+  if _MALLOC_TRIM is None:
+    return False
+  _MALLOC_TRIM(0)
+  return True
+
+
 # Set at exit: a computation still running then must not restart a worker.
 _SHUTTING_DOWN = threading.Event()
 

@@ -4,8 +4,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import numpy as np
 import pytest
 
 from tff_dp import processes
@@ -126,3 +128,32 @@ def test_exit_on_signals_keeps_ignored_signals_ignored():
   finally:
     for s, h in saved.items():
       signal.signal(s, h)
+
+
+def _rss_mb():
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmRSS'):
+        return int(line.split()[1]) / 1024
+  raise RuntimeError('no VmRSS')
+
+
+@pytest.mark.skipif(
+  not sys.platform.startswith('linux'), reason='glibc malloc_trim'
+)
+def test_release_free_memory_returns_freed_heap_pages():
+  # 256 MB in 64 KB blocks (below glibc's mmap threshold, so on a thread's
+  # malloc arena), all freed but the last: glibc keeps the pages resident
+  # until they are trimmed, as it kept a long run's freed round buffers.
+  kept = []
+
+  def churn():
+    blocks = [np.ones(8000) for _ in range(4000)]
+    kept.append(blocks[-1])
+
+  thread = threading.Thread(target=churn)
+  thread.start()
+  thread.join()
+  before = _rss_mb()
+  assert processes.release_free_memory()
+  assert _rss_mb() < before - 150
