@@ -1,25 +1,38 @@
 """CMP-Fed and UV-Fed: low-rank updates by one power iteration (seed 001).
 
 Guo, Hu, Gong, "Agent-Level Differentially Private Federated Learning via
-Compressed Model Perturbation" (seed 001), Alg. 1. Every weight tensor of
-the update is treated as a matrix Delta (m x n): a kernel of shape
-(..., c_out) is reshaped to (prod(...), c_out), a dense kernel is already
-(in, out). Each matrix has a rank r_l = min(rank, m, n) (a rank above
-min(m, n) is reduced to it: that factorisation is already exact). Vectors
-(biases, norms) are not factorised: they travel dense in the first phase,
-inside its clipped payload. The server keeps V (n x r_l per matrix) in its
-state as the warm start; a round is two secure-sum phases in one
-`AggregationProcess.next`:
+Compressed Model Perturbation" (seed 001), Alg. 1. Every weight tensor of the
+update is treated as a matrix Delta (m x n), "a set of weight matrices, each
+corresponding to a layer", with "subspace U is an m by r matrix, model
+embedding V is an n by r matrix". Which side of a layer is m the seed does not
+say. A TF kernel of shape (..., c_out) is the (in, out) matrix K with in =
+prod(...). By default (`layout='out_in'`) M = K^T, so U has the output side's
+rows, as on a PyTorch weight (out, in): the seed's code is in PyTorch ("All
+the algorithms are implemented in PyTorch") and it cites PowerSGD [9], whose P
+= M Q sits on the output side. This is our reading, by inference. It matters:
+U is the release that picks the subspace and its noise energy grows with its
+coordinates (618 r rows for the McMahan CNN against 4,473 r on the input
+side). `layout='in_out'` (U on the input side) is what runs before issue #24
+used; `'min_side'` puts U on the smaller side of each matrix. Each matrix has
+a rank r_l = min(rank, m, n) (a rank above min(m, n) is reduced to it: that
+factorisation is already exact). Vectors (biases, norms) are not factorised:
+they travel dense in the clipped payload of one phase, the second by default
+(`vectors_phase='v'`, under C2); the seed says nothing about them. Sent in the
+first phase (`'u'`, runs before issue #24) they share C1 with U, and a client
+whose biases alone exceed C1 scales its U down with them. The `client_norms`
+measurement reports the cohort's mean pre-clip norms of U_i, V_i and the
+vectors. The server keeps V (n x r_l per matrix) in its state as the warm
+start; a round is two secure-sum phases in one `AggregationProcess.next`:
 
-1. clients compute U_i = Delta_i V (plus their dense vectors), clipped to
-   C1 over all layers together; the DP query adds N(0, (z C1)^2) to the sum
-   and divides by the expected number of clients (secure sum of clipped
-   values); the server orthonormalises each mean U by a reduced QR into
-   U_hat and broadcasts it;
-2. clients compute V_i = Delta_i^T U_hat, clipped to C2, noised
-   N(0, (z C2)^2) the same way;
+1. clients compute U_i = Delta_i V, clipped to C1 over all layers together
+   (with the vectors if `vectors_phase='u'`); the DP query adds
+   N(0, (z C1)^2) to the sum and divides by the expected number of clients
+   (secure sum of clipped values); the server orthonormalises each mean U
+   by a reduced QR into U_hat and broadcasts it;
+2. clients compute V_i = Delta_i^T U_hat (with the vectors by default),
+   clipped to C2, noised N(0, (z C2)^2) the same way;
 
-and the update is U_hat V^T per matrix (the dense vectors from phase 1).
+and the update is U_hat V^T per matrix, with the vectors' noisy mean.
 The mean V of phase 2 is the next round's warm start, as in the seed's
 Alg. 1 (line 15 feeds line 6; PowerSGD's reuse). V_0 is seeded i.i.d.
 N(0, 1) from the public `seed`; the two phases' noise comes from
@@ -38,7 +51,9 @@ merges them exactly: one Gaussian of multiplier z / sqrt(2)).
 clipping and no noise, means over the participants.
 
 Measurements: `u` and `v`, the inner aggregators'; `mean_norms` (u_norm,
-v_norm): the L2 norms of the two phases' (noisy) means.
+v_norm): the L2 norms of the two phases' (noisy) means; `client_norms` (u,
+v, vectors): the cohort's mean pre-clip norms of U_i, V_i (matrices) and of
+the vectors (not private: a diagnostic beside the update diagnostics).
 `CMPFedFactory.noise_energy` and `signal_share` turn them into how much of
 each release was signal.
 """
@@ -54,35 +69,64 @@ from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
 
 
-def _layout(value_type, rank: int):
-  """Per tensor: (spec, (m, n, r) for matrices or None for vectors)."""
+LAYOUTS = ('out_in', 'in_out', 'min_side')
+VECTOR_PHASES = ('v', 'u')
+
+
+def check_options(layout: str, vectors_phase: str) -> None:
+  if layout not in LAYOUTS:
+    raise ValueError(f'layout must be one of {LAYOUTS}. Found {layout!r}.')
+  if vectors_phase not in VECTOR_PHASES:
+    raise ValueError(
+      f'vectors_phase must be one of {VECTOR_PHASES}. Found '
+      f'{vectors_phase!r}.'
+    )
+
+
+def matrix_dims(shape, rank: int, layout: str):
+  """`(m, n, r, transpose)` of a kernel's matrix M (m x n), or None.
+
+  A kernel of shape (..., c_out) is the (in, out) matrix K with
+  in = prod(...); M is K ('in_out'), K^T ('out_in': U on the output side)
+  or whichever puts the smaller side first ('min_side').
+  """
+  shape = list(shape)
+  if len(shape) < 2:
+    return None
+  k_in, k_out = int(np.prod(shape[:-1])), int(shape[-1])
+  transpose = layout == 'out_in' or (layout == 'min_side' and k_in > k_out)
+  m, n = (k_out, k_in) if transpose else (k_in, k_out)
+  return m, n, min(rank, m, n), transpose
+
+
+def _layout(value_type, rank: int, layout: str):
+  """Per tensor: (spec, matrix_dims or None for vectors)."""
   specs = tff.types.type_to_tf_tensor_specs(value_type)
   flat = tf.nest.flatten(specs)
-  layout = []
+  out = []
   for s in flat:
     if not s.dtype.is_floating:
       raise TypeError(f'CMP-Fed needs float tensors. Found {s!r}.')
-    shape = s.shape.as_list()
-    if len(shape) >= 2:
-      m, n = int(np.prod(shape[:-1])), int(shape[-1])
-      layout.append((s, (m, n, min(rank, m, n))))
-    else:
-      layout.append((s, None))
-  return specs, layout
+    out.append((s, matrix_dims(s.shape.as_list(), rank, layout)))
+  return specs, out
 
 
-def payload_sizes(shapes, rank: int) -> tuple[int, int]:
+def payload_sizes(
+  shapes, rank: int, layout: str = 'out_in', vectors_phase: str = 'v'
+) -> tuple[int, int]:
   """`(phase-1 floats, phase-2 floats)` a client sends for these shapes."""
-  up1 = up2 = 0
+  check_options(layout, vectors_phase)
+  up1 = up2 = vecs = 0
   for shape in shapes:
-    shape = list(shape)
-    if len(shape) >= 2:
-      m, n = int(np.prod(shape[:-1])), int(shape[-1])
-      r = min(rank, m, n)
+    dims = matrix_dims(shape, rank, layout)
+    if dims:
+      m, n, r, _ = dims
       up1, up2 = up1 + m * r, up2 + n * r
     else:
-      up1 += int(np.prod(shape)) if shape else 1
-  return up1, up2
+      vecs += int(np.prod(shape)) if list(shape) else 1
+  if vectors_phase == 'u':
+    return up1 + vecs, up2
+  return up1, up2 + vecs
 
 
 def signal_share(mean_norm: float, noise_energy: float) -> float:
@@ -115,6 +159,8 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     seed: int = 0,
     noise_seed: dp_queries.NoiseSeed = None,
     secure_sum: bool = True,
+    layout: str = 'out_in',
+    vectors_phase: str = 'v',
   ):
     """Checks the arguments.
 
@@ -129,12 +175,21 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
         secret; an int s gives streams s + 1 and s + 2 (keep it secret).
       secure_sum: Sum clipped payloads with `tff.aggregators.
         SecureSumFactory` (bounds +-C).
+      layout: Which side of each (in, out) kernel U sits on: 'out_in' (U
+        has the output side's rows, the default), 'in_out' (the input
+        side's; runs before issue #24) or 'min_side' (the smaller one).
+      vectors_phase: The phase whose clipped payload carries the vectors
+        (biases): 'v' (under C2, the default) or 'u' (under C1; runs
+        before issue #24).
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
     """
     if not isinstance(rank, (int, np.integer)) or rank < 1:
       raise ValueError(f'rank must be an integer >= 1. Found {rank!r}.')
+    check_options(layout, vectors_phase)
+    self._layout = layout
+    self._vectors_phase = vectors_phase
     private = noise_multiplier is not None
     if private:
       for name, c in (('clip_u (C1)', clip_u), ('clip_v (C2)', clip_v)):
@@ -170,7 +225,9 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     """
     if not self._private:
       raise ValueError('noise_energy needs noise_multiplier (CMP-Fed).')
-    d1, d2 = payload_sizes(shapes, self._rank)
+    d1, d2 = payload_sizes(
+      shapes, self._rank, self._layout, self._vectors_phase
+    )
     scale = self._z / self._clients
     clip_u, clip_v = self._clips
     return d1 * (scale * clip_u) ** 2, d2 * (scale * clip_v) ** 2
@@ -192,39 +249,53 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     )
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    specs, layout = _layout(value_type, self._rank)
-    matrices = [(i, mnr) for i, (_, mnr) in enumerate(layout) if mnr]
-    vectors = [i for i, (_, mnr) in enumerate(layout) if not mnr]
+    specs, layout = _layout(value_type, self._rank, self._layout)
+    matrices = [(i, dims) for i, (_, dims) in enumerate(layout) if dims]
+    vectors = [i for i, (_, dims) in enumerate(layout) if not dims]
     f32 = np.float32
+    vec_types = [tff.TensorType(f32, layout[i][0].shape) for i in vectors]
+    in_u = self._vectors_phase == 'u'
     u_type = tff.StructWithPythonType(
-      [tff.TensorType(f32, [m, r]) for _, (m, _, r) in matrices]
-      + [tff.TensorType(f32, layout[i][0].shape) for i in vectors],
+      [tff.TensorType(f32, [m, r]) for _, (m, _, r, _) in matrices]
+      + (vec_types if in_u else []),
       list,
     )
     v_type = tff.StructWithPythonType(
-      [tff.TensorType(f32, [n, r]) for _, (_, n, r) in matrices], list
+      [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices]
+      + ([] if in_u else vec_types),
+      list,
+    )
+    v_state_type = tff.StructWithPythonType(
+      [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices], list
     )
     inner_u = self._phase_factory(0).create(u_type)
     inner_v = self._phase_factory(1).create(v_type)
     rng = np.random.default_rng(self._seed)
-    v0 = [rng.standard_normal((n, r)).astype(f32) for _, (_, n, r) in matrices]
+    v0 = [
+      rng.standard_normal((n, r)).astype(f32) for _, (_, n, r, _) in matrices
+    ]
     num_m = len(matrices)
 
     def as_matrices(value):
       flat = tf.nest.flatten(value)
-      return [
-        tf.reshape(tf.cast(flat[i], tf.float32), [m, n])
-        for i, (m, n, _) in matrices
-      ], [tf.cast(flat[i], tf.float32) for i in vectors]
+      mats = []
+      for i, (m, n, _, transpose) in matrices:
+        k = tf.reshape(
+          tf.cast(flat[i], tf.float32), [n, m] if transpose else [m, n]
+        )
+        mats.append(tf.transpose(k) if transpose else k)
+      return mats, [tf.cast(flat[i], tf.float32) for i in vectors]
 
     @tff.tensorflow.computation
     def initial_v():
       return [tf.constant(v) for v in v0]
 
-    @tff.tensorflow.computation(value_type, v_type)
+    @tff.tensorflow.computation(value_type, v_state_type)
     def encode_u(value, v):
       mats, vecs = as_matrices(value)
-      return [tf.matmul(d, vi) for d, vi in zip(mats, v)] + vecs
+      return [tf.matmul(d, vi) for d, vi in zip(mats, v)] + (
+        vecs if in_u else []
+      )
 
     @tff.tensorflow.computation(u_type)
     def orthogonalize(u):
@@ -241,15 +312,31 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, u_hat_type)
     def encode_v(value, u_hat):
-      mats, _ = as_matrices(value)
-      return [tf.matmul(d, ui, transpose_a=True) for d, ui in zip(mats, u_hat)]
+      mats, vecs = as_matrices(value)
+      return [
+        tf.matmul(d, ui, transpose_a=True) for d, ui in zip(mats, u_hat)
+      ] + ([] if in_u else vecs)
+
+    @tff.tensorflow.computation(v_type)
+    def v_matrices(v):
+      return list(v[:num_m])
+
+    @tff.tensorflow.computation(u_type, v_type)
+    def client_norms(u, v):
+      vecs = list(u[num_m:]) if in_u else list(v[num_m:])
+      return collections.OrderedDict(
+        u=tf.linalg.global_norm(list(u[:num_m])),
+        v=tf.linalg.global_norm(list(v[:num_m])),
+        vectors=tf.linalg.global_norm(vecs) if vecs else tf.constant(0.0),
+      )
 
     @tff.tensorflow.computation(u_hat_type, v_type, u_type)
     def decode(u_hat, v, u):
       flat = [None] * len(layout)
-      for (i, _), ui, vi in zip(matrices, u_hat, v):
-        flat[i] = tf.matmul(ui, vi, transpose_b=True)
-      for i, dense in zip(vectors, u[num_m:]):
+      for (i, (_, _, _, transpose)), ui, vi in zip(matrices, u_hat, v):
+        m_hat = tf.matmul(ui, vi, transpose_b=True)
+        flat[i] = tf.transpose(m_hat) if transpose else m_hat
+      for i, dense in zip(vectors, u[num_m:] if in_u else v[num_m:]):
         flat[i] = dense
       return tf.nest.pack_sequence_as(
         specs,
@@ -285,7 +372,9 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
       result = tff.federated_map(decode, (u_hat, v_out.result, u_out.result))
       new_state = tff.federated_zip(
         collections.OrderedDict(
-          v=v_out.result, u_phase=u_out.state, v_phase=v_out.state
+          v=tff.federated_map(v_matrices, v_out.result),
+          u_phase=u_out.state,
+          v_phase=v_out.state,
         )
       )
       measurements = tff.federated_zip(
@@ -293,6 +382,11 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
           u=u_out.measurements,
           v=v_out.measurements,
           mean_norms=tff.federated_map(norms, (u_out.result, v_out.result)),
+          # Not private: the cohort's mean pre-clip norms of U_i, V_i and
+          # the vectors, to set C1 and C2 by the seed's median rule.
+          client_norms=tff.federated_mean(
+            tff.federated_map(client_norms, (u_payload, v_payload))
+          ),
         )
       )
       return tff.templates.MeasuredProcessOutput(
@@ -311,8 +405,12 @@ def cmp_fed(
   clip_v: float,
   seed: int = 0,
   noise_seed: dp_queries.NoiseSeed = None,
+  **options,
 ) -> CMPFedFactory:
-  """CMP-Fed: two clipped, noised, secure-summed power-iteration phases."""
+  """CMP-Fed: two clipped, noised, secure-summed power-iteration phases.
+
+  `options`: `layout`, `vectors_phase`, `secure_sum` (see the factory).
+  """
   return CMPFedFactory(
     rank,
     noise_multiplier=noise_multiplier,
@@ -321,12 +419,13 @@ def cmp_fed(
     clip_v=clip_v,
     seed=seed,
     noise_seed=noise_seed,
+    **options,
   )
 
 
-def uv_fed(rank: int, *, seed: int = 0) -> CMPFedFactory:
+def uv_fed(rank: int, *, seed: int = 0, **options) -> CMPFedFactory:
   """UV-Fed: the same low-rank power iteration without clipping or noise."""
-  return CMPFedFactory(rank, seed=seed)
+  return CMPFedFactory(rank, seed=seed, **options)
 
 
 def upload_bytes(shapes, rank: int) -> int:

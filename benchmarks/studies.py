@@ -554,19 +554,30 @@ _RANDAGG_FRACTION = {
 }
 _RANKS_001 = (16, 8, 4, 2, 1)
 _CMP_CLIPS = dict(cmp_clip_u=0.01, cmp_clip_v=1.0)
+# The CMP-Fed/UV-Fed rows before issue #24: U on the input side, biases in
+# the U phase (the defaults since are out_in and v).
+_CMP_LEGACY = dict(cmp_layout='in_out', cmp_vectors_phase='u')
 
 
 def _rows_001(split):
   paper = _PAPER_001[split]
   rows = []
   ranked = (
-    ('cmp_fed', 'CMP-Fed rank {r}', lambda r: dict(cmp_rank=r, **_CMP_CLIPS)),
+    (
+      'cmp_fed',
+      'CMP-Fed rank {r}',
+      lambda r: dict(cmp_rank=r, **_CMP_CLIPS, **_CMP_LEGACY),
+    ),
     (
       'dp_randagg',
       'DP-RandAgg (rank-{r} ratio)',
       lambda r: dict(randagg_fraction=_RANDAGG_FRACTION[r]),
     ),
-    ('uv_fed', 'UV-Fed rank {r} (no DP)', lambda r: dict(cmp_rank=r)),
+    (
+      'uv_fed',
+      'UV-Fed rank {r} (no DP)',
+      lambda r: dict(cmp_rank=r, **_CMP_LEGACY),
+    ),
   )
   for method, label, flags_at in ranked:
     for r in _RANKS_001:
@@ -611,6 +622,13 @@ evaluated rounds (every 2nd); paper numbers are after 180 rounds. U / V
 signal share (CMP-Fed): median over rounds of 1 - E||noise||^2 / ||released
 mean||^2, each phase's share of energy that was not noise
 (`cmp_fed.signal_share`); near 0, U_hat spans a nearly random subspace.
+The CMP-Fed and UV-Fed rows ran before issue #24 with U on each kernel's
+input side and the biases in the U phase under C1 (`--cmp_layout=in_out
+--cmp_vectors_phase=u`, kept in their commands); the defaults since put U
+on the output side (PyTorch's and PowerSGD's layout) and the biases in
+the V phase under C2 (`aggregators/cmp_fed.py`). The seed samples exactly
+S agents without replacement (its Alg. 1) but accounts them with Opacus'
+RDP accountant, a Poisson analysis; we sample by Poisson with q = 1/60.
 """
 _COMMON_001 = dict(
   rounds=30,

@@ -115,6 +115,11 @@ CASES = [
   (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
   (lambda: _config(sketch_hashing='md5'), 'hashing must be one of'),
   (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
+  (lambda: _config(cmp_layout='oi'), "layout must be one of .* Found 'oi'"),
+  (
+    lambda: _config(cmp_vectors_phase='w'),
+    "vectors_phase must be one of .* Found 'w'",
+  ),
   (
     lambda: _config(method='fl_top', clip_from_public_round=True),
     r"clip_from_public_round is for methods .* Found method='fl_top'",

@@ -43,6 +43,8 @@ LEGACY_DEFAULTS: dict[str, Any] = {
   'top_k_nonprivate_clip': True,
   'public_batch': 'first_per_class',
   'dpsfl_impact_rule': 'absolute',
+  'cmp_layout': 'in_out',
+  'cmp_vectors_phase': 'u',
 }
 
 
@@ -103,6 +105,10 @@ class MethodParams:
   cmp_rank: int = 4
   cmp_clip_u: Optional[float] = None
   cmp_clip_v: Optional[float] = None
+  # U's side of each kernel and the phase carrying the vectors
+  # (cmp_fed.LAYOUTS, cmp_fed.VECTOR_PHASES).
+  cmp_layout: str = 'out_in'
+  cmp_vectors_phase: str = 'v'
   model_shapes: tuple = ()
 
   @classmethod
@@ -708,9 +714,10 @@ def _low_rank_method(name: str) -> Method:
   private = name == 'cmp_fed'
 
   def aggregator(p: MethodParams):
+    options = dict(layout=p.cmp_layout, vectors_phase=p.cmp_vectors_phase)
     if not private:
-      return cmp_fed.uv_fed(p.cmp_rank, seed=p.seed)
-    return cmp_fed.cmp_fed(
+      return cmp_fed.CMPFedFactory(p.cmp_rank, seed=p.seed, **options)
+    return cmp_fed.CMPFedFactory(
       p.cmp_rank,
       noise_multiplier=p.noise_multiplier,
       clients_per_round=p.expected_clients_per_round,
@@ -718,6 +725,7 @@ def _low_rank_method(name: str) -> Method:
       clip_v=p.cmp_clip_v if p.cmp_clip_v is not None else p.clip,
       seed=p.seed,
       noise_seed=p.noise_seed,
+      **options,
     )
 
   return Method(

@@ -37,6 +37,7 @@ from absl import flags  # noqa: E402
 from tff_dp import methods  # noqa: E402
 from tff_dp import processes  # noqa: E402
 from tff_dp import public_data  # noqa: E402
+from tff_dp.aggregators import cmp_fed  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
 from tff_dp.aggregators import dpsfl  # noqa: E402
 from tff_dp import tasks  # noqa: E402
@@ -207,6 +208,20 @@ _DPSFL_CLIP_LR = flags.DEFINE_float(
 )
 _CMP_RANK = flags.DEFINE_integer(
   'cmp_rank', _D.cmp_rank, 'CMP-Fed / UV-Fed rank r per layer (>= 1).'
+)
+_CMP_LAYOUT = flags.DEFINE_enum(
+  'cmp_layout',
+  _D.cmp_layout,
+  list(cmp_fed.LAYOUTS),
+  "CMP-Fed/UV-Fed: U on each kernel's output side (out_in, PyTorch's and "
+  "PowerSGD's), input side (in_out, runs before issue #24) or smaller side.",
+)
+_CMP_VECTORS = flags.DEFINE_enum(
+  'cmp_vectors_phase',
+  _D.cmp_vectors_phase,
+  list(cmp_fed.VECTOR_PHASES),
+  'CMP-Fed/UV-Fed: the phase whose clipped payload carries the biases: v '
+  '(under --cmp_clip_v) or u (under --cmp_clip_u; runs before issue #24).',
 )
 _CMP_CLIP_U = flags.DEFINE_float(
   'cmp_clip_u', None, 'CMP-Fed phase-1 clip C1 (> 0; default --clip).'
@@ -409,6 +424,8 @@ def config_from_flags() -> training.ExperimentConfig:
     cmp_rank=_CMP_RANK.value,
     cmp_clip_u=_CMP_CLIP_U.value,
     cmp_clip_v=_CMP_CLIP_V.value,
+    cmp_layout=_CMP_LAYOUT.value,
+    cmp_vectors_phase=_CMP_VECTORS.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

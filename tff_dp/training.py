@@ -1058,6 +1058,8 @@ NON_PRIVATE_OUTPUTS = (
   "depend on the cohort's size and data)",
   "DPSFL's num_clients and DDGauss's actual_num_clients and released "
   'measurements',
+  "CMP-Fed/UV-Fed's client_norms (the cohort's mean pre-clip norms of "
+  'U_i, V_i and the biases)',
 )
 _MEDICAL_TASKS = ('physionet2012', 'heart_disease')
 

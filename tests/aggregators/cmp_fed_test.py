@@ -50,14 +50,82 @@ def test_full_rank_reconstructs_a_single_update_exactly(private):
   np.testing.assert_allclose(out.result[1], value[1], atol=1e-5)
 
 
-def test_conv_kernels_are_reshaped_and_reconstructed():
-  # (3, 3, 2, 5) -> (18, 5): rank 5 is full.
+@pytest.mark.parametrize(
+  'layout, vectors_phase, sizes',
+  [
+    # (3, 3, 2, 5) is the (in, out) = (18, 5) matrix K; rank 5 is full.
+    ('out_in', 'v', (5 * 5, 18 * 5 + 5)),  # M = K^T: U 5 x 5, V 18 x 5.
+    ('in_out', 'u', (18 * 5 + 5, 5 * 5)),  # M = K: U 18 x 5 (+ bias).
+    ('min_side', 'u', (5 * 5 + 5, 18 * 5)),  # The smaller side: 5.
+  ],
+)
+def test_conv_kernels_are_reshaped_and_reconstructed(
+  layout, vectors_phase, sizes
+):
   rng = np.random.default_rng(1)
   value = [rng.normal(size=(3, 3, 2, 5)).astype(np.float32), np.ones(5, 'f')]
-  process = cmp_fed.uv_fed(8).create(CONV)
+  options = dict(layout=layout, vectors_phase=vectors_phase)
+  process = cmp_fed.uv_fed(8, **options).create(CONV)
   out = process.next(process.initialize(), [value])
   np.testing.assert_allclose(out.result[0], value[0], atol=1e-4)
-  assert cmp_fed.payload_sizes([(3, 3, 2, 5), (5,)], 8) == (18 * 5 + 5, 5 * 5)
+  np.testing.assert_allclose(out.result[1], value[1], atol=1e-6)
+  assert cmp_fed.payload_sizes([(3, 3, 2, 5), (5,)], 8, **options) == sizes
+
+
+def test_u_sits_on_the_output_side_by_default():
+  # The McMahan CNN: U's rows per rank are 32 + 64 + 512 + 10 = 618 on the
+  # output side (PyTorch's (out, in) layout), 4,473 on the input side.
+  cnn = [
+    (5, 5, 1, 32),
+    (32,),
+    (5, 5, 32, 64),
+    (64,),
+    (3136, 512),
+    (512,),
+    (512, 10),
+    (10,),
+  ]
+  biases = 32 + 64 + 512 + 10
+  assert cmp_fed.payload_sizes(cnn, 1) == (618, 4473 + biases)
+  assert cmp_fed.payload_sizes(cnn, 1, 'in_out', 'u') == (4473 + biases, 618)
+  assert cmp_fed.payload_sizes([(3136, 512)], 1) == (512, 3136)
+  assert cmp_fed.payload_sizes([(25, 32)], 1, 'min_side') == (25, 32)
+  assert cmp_fed.payload_sizes([(25, 32)], 1, 'out_in') == (32, 25)
+  z, s = 1.0, 100.0
+  e_u, _ = cmp_fed.cmp_fed(
+    1, noise_multiplier=z, clients_per_round=s, clip_u=1.0, clip_v=1.0
+  ).noise_energy(cnn)
+  assert e_u == pytest.approx(618 * (z / s) ** 2)
+
+
+@pytest.mark.parametrize('vectors_phase', ['v', 'u'])
+def test_biases_ride_in_the_chosen_phase_under_its_clip(vectors_phase):
+  # A small matrix part and a bias of norm 100: in phase 1 (legacy) the
+  # bias shares C1 = 1 with U and drags U's clip down with it; in phase 2
+  # (default, C2 = 1e3 here) U is released unclipped and the bias whole.
+  value = [np.full((6, 4), 0.01, np.float32), np.zeros(4, np.float32)]
+  value[1][0] = 100.0
+  process = cmp_fed.cmp_fed(
+    4,
+    noise_multiplier=0.0,
+    clients_per_round=1,
+    clip_u=1.0,
+    clip_v=1e3,
+    vectors_phase=vectors_phase,
+    secure_sum=False,
+  ).create(TYPE)
+  out = process.next(process.initialize(), [value])
+  norms = out.measurements['client_norms']
+  assert norms['vectors'] == pytest.approx(100.0)
+  released_u = out.measurements['mean_norms']['u_norm']
+  if vectors_phase == 'v':
+    assert released_u == pytest.approx(norms['u'], rel=1e-5)  # Unclipped.
+    np.testing.assert_allclose(out.result[1], value[1], rtol=1e-5)
+    np.testing.assert_allclose(out.result[0], value[0], atol=1e-5)
+  else:
+    # U's matrices scaled by C1 / ||(U, bias)|| ~ 1 / 100.
+    assert released_u == pytest.approx(1.0, rel=1e-4)
+    assert np.linalg.norm(out.result[1]) <= 1.0 * (1 + 1e-4)
 
 
 def test_repeated_rounds_converge_to_the_best_rank_r_approximation():
@@ -76,17 +144,27 @@ def test_repeated_rounds_converge_to_the_best_rank_r_approximation():
   np.testing.assert_allclose(out.result[1], value[1], atol=1e-6)
 
 
-def test_each_phase_is_clipped_on_adversarial_inputs():
+@pytest.mark.parametrize('vectors_phase', ['v', 'u'])
+@pytest.mark.parametrize('layout', ['out_in', 'in_out', 'min_side'])
+def test_each_phase_is_clipped_on_adversarial_inputs(layout, vectors_phase):
   c1, c2 = 0.5, 0.25
   process = cmp_fed.cmp_fed(
-    2, noise_multiplier=0.0, clients_per_round=1, clip_u=c1, clip_v=c2
+    2,
+    noise_multiplier=0.0,
+    clients_per_round=1,
+    clip_u=c1,
+    clip_v=c2,
+    layout=layout,
+    vectors_phase=vectors_phase,
   ).create(TYPE)
   out = process.next(process.initialize(), [_value(4, scale=1e5)])
-  # Phase 2's mean V (the new warm start) has norm <= C2; phase 1's dense
-  # bias is part of U's clipped payload, so its norm is <= C1.
+  # Phase 2's mean V (the new warm start) has norm <= C2; the dense bias is
+  # part of its phase's clipped payload, so its norm is <= that clip.
   v = np.concatenate([np.ravel(x) for x in out.state['v']])
   assert np.linalg.norm(v) <= c2 * (1 + 1e-3)
-  assert np.linalg.norm(out.result[1]) <= c1 * (1 + 1e-3)
+  clip = c1 if vectors_phase == 'u' else c2
+  assert np.linalg.norm(out.result[1]) <= clip * (1 + 1e-3)
+  assert out.measurements['mean_norms']['u_norm'] <= c1 * (1 + 1e-3)
 
 
 def test_type_signature_and_two_composed_events():
@@ -96,8 +174,9 @@ def test_type_signature_and_two_composed_events():
   process = factory.create(TYPE)
   sig = process.next.type_signature
   assert sig.result.result.member.is_equivalent_to(TYPE)
-  # Rank 10 > min(6, 4): reduced to 4, V is 4 x 4.
-  assert process.initialize()['v'][0].shape == (4, 4)
+  # Rank 10 > min(6, 4): reduced to 4; U on the output side (4 rows), V
+  # on the input side: 6 x 4.
+  assert process.initialize()['v'][0].shape == (6, 4)
   out = process.next(process.initialize(), [_value(5)])
   events = training.find_dp_events(out.state)
   assert events == [dp_accounting.GaussianDpEvent(pytest.approx(1.3))] * 2
@@ -119,6 +198,11 @@ def test_bytes():
     (dict(clip_u=0.0), r'clip_u \(C1\) must be > 0'),
     (dict(clip_v=-1.0), r'clip_v \(C2\) must be > 0'),
     (dict(noise_multiplier=-1.0), 'noise_multiplier must be a finite'),
+    (
+      dict(layout='oi'),
+      r"layout must be one of \('out_in', 'in_out', 'min_side'\)",
+    ),
+    (dict(vectors_phase='w'), r"vectors_phase must be one of .* Found 'w'"),
   ],
 )
 def test_bad_args(kwargs, match):
@@ -170,6 +254,8 @@ def test_noise_stddev_of_both_phases():
     list,
   )
   # A fixed draw (the statistics below are over 4 rounds only).
+  # The pre-#24 layout: U 60 x 8 with the bias, V 40 x 8.
+  legacy = dict(layout='in_out', vectors_phase='u')
   process = cmp_fed.cmp_fed(
     8,
     noise_multiplier=z,
@@ -177,6 +263,7 @@ def test_noise_stddev_of_both_phases():
     clip_u=c1,
     clip_v=c2,
     noise_seed=0,
+    **legacy,
   ).create(big)
   state = process.initialize()
   zero = [np.zeros((60, 40), np.float32), np.zeros(40, np.float32)]
@@ -192,7 +279,7 @@ def test_noise_stddev_of_both_phases():
   assert per_u == pytest.approx(z * c1 / n, rel=0.06)
   assert per_v == pytest.approx(z * c2 / n, rel=0.06)
   e_u, e_v = cmp_fed.cmp_fed(
-    8, noise_multiplier=z, clients_per_round=n, clip_u=c1, clip_v=c2
+    8, noise_multiplier=z, clients_per_round=n, clip_u=c1, clip_v=c2, **legacy
   ).noise_energy([(60, 40), (40,)])
   assert e_u == pytest.approx((60 * 8 + 40) * (z * c1 / n) ** 2)
   assert e_v == pytest.approx(40 * 8 * (z * c2 / n) ** 2)

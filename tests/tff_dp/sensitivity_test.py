@@ -244,7 +244,8 @@ def test_sketch_guarded_without_the_runner_guard(flat):
   assert out.measurements['sketch_norm'] <= np.sqrt(3) * CLIP * (1 + 1e-4)
 
 
-def test_cmp_fed_u_overflow_aligned_with_v0_at_the_cnn_dense_size():
+@pytest.mark.parametrize('layout', ['in_out', 'out_in'])
+def test_cmp_fed_u_overflow_aligned_with_v0_at_the_cnn_dense_size(layout):
   # The McMahan CNN's dense kernel (3136 x 512) and bias. An update of norm
   # 1e18 (what the runner's guard lets through) aligned with the broadcast
   # V_0's first column puts one row of U = Delta V_0 at ~1e18 x ||v_1||
@@ -262,16 +263,25 @@ def test_cmp_fed_u_overflow_aligned_with_v0_at_the_cnn_dense_size():
   contexts.set_simulation_context()
   factory = finite_guard.FiniteGuardFactory(
     cmp_fed.cmp_fed(
-      2, noise_multiplier=0.0, clients_per_round=1, clip_u=0.01, clip_v=0.3
+      2,
+      noise_multiplier=0.0,
+      clients_per_round=1,
+      clip_u=0.01,
+      clip_v=0.3,
+      layout=layout,
     )
   )
   process = factory.create(value_type)
   state = process.initialize()
   v1 = np.asarray(state['v'][0], np.float64)[:, 0]
-  kernel = np.zeros((3136, 512), np.float64)
-  kernel[0] = 1e18 * v1 / np.linalg.norm(v1)
+  # One row of M (M = K for in_out, K^T for out_in) along v_1.
+  matrix = np.zeros((3136, 512) if layout == 'in_out' else (512, 3136))
+  matrix[0] = 1e18 * v1 / np.linalg.norm(v1)
+  kernel = matrix if layout == 'in_out' else matrix.T
   update = [kernel.astype(np.float32), np.zeros(512, np.float32)]
-  u_row = update[0][0].astype(np.float64) @ np.asarray(state['v'][0])
+  u_row = matrix[0].astype(np.float32).astype(np.float64) @ np.asarray(
+    state['v'][0]
+  )
   assert np.sum(u_row**2) > np.finfo(np.float32).max  # It does overflow.
   out = process.next(state, [update])
   assert out.measurements['non_finite_clients'] == 0  # Finite input.
