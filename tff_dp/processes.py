@@ -58,12 +58,13 @@ if sys.platform.startswith('linux'):
 def release_free_memory() -> bool:
   """Returns this process's free heap pages to the OS (glibc malloc_trim).
 
-  A long run frees and reallocates large native buffers every round
-  (client datasets, TF tensors); glibc keeps freed pages in its arenas, so
-  the resident size crept up about 2 MB a round in a 200-round run
-  (benchmarks/results/memory.md) with no Python object left behind. The
-  runner calls this once a round. Returns False where there is no
-  malloc_trim.
+  A run frees and reallocates large native buffers every round (client
+  datasets, TF tensors) and glibc keeps freed pages in its arenas. In a
+  small in-process run (25 clients a round, no evaluation or checkpoints)
+  calling this every round took the growth from 1.8 to 0.1 MB a round; in
+  `make run`'s job it has not been shown to help (README, "Memory over
+  long runs"). The runner calls this once a round. Returns False where
+  there is no malloc_trim.
   """
   if _MALLOC_TRIM is None:
     return False

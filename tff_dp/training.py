@@ -995,8 +995,8 @@ def run_experiment(
           round_num,
           time.perf_counter() - t_save,
         )
-    # Freed native buffers back to the OS: without it the process's RSS
-    # crept up about 2 MB a round (processes.release_free_memory).
+    # Freed native buffers back to the OS (processes.release_free_memory;
+    # README "Memory over long runs" says what it did and did not fix).
     processes.release_free_memory()
     if round_callback is not None:
       round_callback(round_num)
