@@ -69,6 +69,27 @@ def test_same_settings_reuse_the_worker_new_settings_replace_it():
   contexts.set_simulation_context()
 
 
+def _environ(pid: int) -> dict[str, str]:
+  with open(f'/proc/{pid}/environ', 'rb') as f:
+    entries = f.read().split(b'\0')
+  return dict(e.decode().split('=', 1) for e in entries if b'=' in e)
+
+
+def test_worker_gets_two_malloc_arenas_unless_the_user_sets_them(monkeypatch):
+  monkeypatch.delenv(contexts.MALLOC_ARENA_ENV, raising=False)
+  contexts.set_simulation_context(inter_op_threads=3)
+  tff.tensorflow.computation(lambda: tf.constant(1))()
+  pid = contexts.local_worker().process.pid
+  assert _environ(pid)[contexts.MALLOC_ARENA_ENV] == '2'
+  # A user's own setting is passed on (a fresh worker: new settings).
+  monkeypatch.setenv(contexts.MALLOC_ARENA_ENV, '4')
+  contexts.set_simulation_context(inter_op_threads=2)
+  tff.tensorflow.computation(lambda: tf.constant(2))()
+  pid = contexts.local_worker().process.pid
+  assert _environ(pid)[contexts.MALLOC_ARENA_ENV] == '4'
+  contexts.set_simulation_context()
+
+
 def _tiny_process():
   def model_fn():
     model = tf.keras.Sequential(
