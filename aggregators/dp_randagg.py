@@ -4,13 +4,32 @@ Guo, Hu, Gong, "Agent-Level Differentially Private Federated Learning via
 Compressed Model Perturbation" (seed 001), Sec. V baseline, adapting
 random-k sparsification (their ref. [29]) to secure aggregation: each round
 the server draws k of the d coordinates from a seed kept in its state and
-broadcasts them; every client sends only those k values of its update; the
-k-dim vectors are clipped to L2 norm `clip`, summed with secure sum, and
-Gaussian noise N(0, (noise_multiplier * clip)^2) is added to the k-dim sum
+broadcasts them; every client sends only those k values of its update,
+clipped to L2 norm `clip`; they are summed with secure sum, and Gaussian
+noise N(0, (noise_multiplier * clip)^2) is added to the k-dim sum
 (DP-FedAvg's query on the k-vector: clip what you noise). The aggregator
 decodes inside: the noisy k-dim mean is scattered back into a zero vector of
 the value's structure, so the result has the value's own type and the factory
 drops into `tff.learning` algorithms like any unweighted aggregator.
+
+What is clipped (`clip_scope`, one of `CLIP_SCOPES`):
+- 'update' (default): the client's whole d-dim update is clipped to `clip`
+  and then its k coordinates are sent. Seed 001 describes its baseline as
+  "the local model update is perturbed by adding Gaussian noise drawn from
+  the distribution N(0, sigma^2 I_d) and then sparsified using the random-k
+  sparsification" (Sec. V), and picks every clip by "the median of the l2-norm
+  of the subspace/embedding/model to be clipped" with "C = 1.0 for DP-FedAvg
+  and DP-RandAgg": the clipped object is the model update, whose median norm
+  (about 1.2 in our seed-001 runs) fits C = 1. The k-vector of a clipped
+  update has norm <= clip, so the k-vector clip after it (kept as the
+  guard of what is noised) changes nothing and the DP event is the same.
+- 'payload': only the k-vector is clipped to `clip` (runs before issue #24).
+  At the same C this clips far less (a k-vector's norm is about
+  sqrt(k/d) of the update's), so it is a stronger baseline at C = 1 only if
+  C is re-tuned to the k-vector's median.
+Seed 004's FL-TOP-DP and FL-BASIC-DP "clip and then noise the compressed
+updates": they use 'payload' (their updates are zero outside the K
+coordinates, so both scopes give the same clip there).
 
 Reading chosen where the paper is silent: unselected coordinates are 0 and
 kept coordinates are not rescaled by d/k (`rescale=True` gives the unbiased
@@ -46,6 +65,17 @@ import tensorflow_federated as tff
 from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
+
+
+CLIP_SCOPES = ('update', 'payload')
+
+
+def check_clip_scope(clip_scope: str) -> None:
+  """Raises ValueError unless `clip_scope` is one of `CLIP_SCOPES`."""
+  if clip_scope not in CLIP_SCOPES:
+    raise ValueError(
+      f'clip_scope must be one of {CLIP_SCOPES}. Found {clip_scope!r}.'
+    )
 
 
 def _flat_spec(value_type):
@@ -85,6 +115,7 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     rescale: bool = False,
     secure_sum: bool = True,
     fixed_indices: Optional[np.ndarray] = None,
+    clip_scope: str = 'update',
   ):
     """Checks the arguments.
 
@@ -106,6 +137,9 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
       fixed_indices: If given, these flat coordinates every round instead of
         a fresh random draw (FL-TOP's server-chosen Top-K); then
         `num_coordinates` must equal their number.
+      clip_scope: 'update' clips the whole update to `clip` before its k
+        coordinates are taken (seed 001's baseline); 'payload' clips only
+        the k-vector (see the module docstring). Unused without a clip.
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
@@ -132,6 +166,8 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
           f'{num_coordinates!r}.'
         )
     self._fixed_indices = fixed_indices
+    check_clip_scope(clip_scope)
+    self._clip_scope = clip_scope
     if (noise_multiplier is None) != (clip is None):
       raise ValueError(
         'noise_multiplier and clip must both be None (non-private mean, no '
@@ -190,6 +226,11 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
     inner = inner_factory.create(k_type)
     scale = dim / k if self._rescale else 1.0
     seed = self._seed
+    # The whole update's clip ('update' scope); the k-vector's own clip
+    # stays in the DP sum's query.
+    update_clip = (
+      self._clip if self._private and self._clip_scope == 'update' else None
+    )
 
     @tff.tensorflow.computation
     def initial_seed():
@@ -222,6 +263,10 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
         ],
         axis=0,
       )
+      if update_clip is not None:
+        flat = flat * tf.minimum(
+          1.0, update_clip / tf.maximum(tf.norm(flat), 1e-30)
+        )
       return tf.gather(flat, indices)
 
     @tff.tensorflow.computation(k_type, indices_type)

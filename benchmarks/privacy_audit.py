@@ -90,8 +90,16 @@ def _mechanisms(z, n):
       gaussian,
     ),
     'dp_randagg (k = d/4)': (
+      # The committed rows clip the k-vector; the default scope ('update')
+      # clips the whole update first, with the same DP event.
       dp_randagg.DPRandAggFactory(
-        z, n, 1.0, num_coordinates=d // 4, seed=2, noise_seed=2
+        z,
+        n,
+        1.0,
+        num_coordinates=d // 4,
+        seed=2,
+        noise_seed=2,
+        clip_scope='payload',
       ),
       gaussian,
     ),
@@ -103,6 +111,7 @@ def _mechanisms(z, n):
         num_coordinates=d // 4,
         fixed_indices=np.arange(d // 4),
         noise_seed=2,
+        clip_scope='payload',
       ),
       gaussian,
     ),

@@ -571,7 +571,9 @@ def _rows_001(split):
     (
       'dp_randagg',
       'DP-RandAgg (rank-{r} ratio)',
-      lambda r: dict(randagg_fraction=_RANDAGG_FRACTION[r]),
+      lambda r: dict(
+        randagg_fraction=_RANDAGG_FRACTION[r], randagg_clip_scope='payload'
+      ),
     ),
     (
       'uv_fed',
@@ -626,7 +628,11 @@ The CMP-Fed and UV-Fed rows ran before issue #24 with U on each kernel's
 input side and the biases in the U phase under C1 (`--cmp_layout=in_out
 --cmp_vectors_phase=u`, kept in their commands); the defaults since put U
 on the output side (PyTorch's and PowerSGD's layout) and the biases in
-the V phase under C2 (`aggregators/cmp_fed.py`). The seed samples exactly
+the V phase under C2 (`aggregators/cmp_fed.py`). The DP-RandAgg rows
+clipped only the k-vector at C = 1 (`--randagg_clip_scope=payload`); the
+default since clips the whole update at C and then takes its k
+coordinates, as the seed describes its baseline ("perturbed ... and then
+sparsified"). The seed samples exactly
 S agents without replacement (its Alg. 1) but accounts them with Opacus'
 RDP accountant, a Poisson analysis; we sample by Poisson with q = 1/60.
 """

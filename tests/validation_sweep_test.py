@@ -117,6 +117,10 @@ CASES = [
   (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
   (lambda: _config(cmp_layout='oi'), "layout must be one of .* Found 'oi'"),
   (
+    lambda: _config(randagg_clip_scope='k'),
+    "clip_scope must be one of .* Found 'k'",
+  ),
+  (
     lambda: _config(cmp_vectors_phase='w'),
     "vectors_phase must be one of .* Found 'w'",
   ),

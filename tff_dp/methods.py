@@ -45,6 +45,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
   'dpsfl_impact_rule': 'absolute',
   'cmp_layout': 'in_out',
   'cmp_vectors_phase': 'u',
+  'randagg_clip_scope': 'payload',
 }
 
 
@@ -66,6 +67,9 @@ class MethodParams:
   # (`training.prepare` resolves None from the sampling).
   ddgauss_min_clients: Optional[int] = None
   randagg_fraction: float = 0.01
+  # DP-RandAgg clips the whole update (seed 001) or only its k-vector
+  # (dp_randagg.CLIP_SCOPES).
+  randagg_clip_scope: str = 'update'
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
   top_k_ratio: float = 0.005
@@ -430,6 +434,7 @@ register(
       num_coordinates=_randagg_k(p),
       seed=p.seed,
       noise_seed=p.noise_seed,
+      clip_scope=p.randagg_clip_scope,
     ),
     upload_bytes=lambda p: dp_randagg.upload_bytes(_randagg_k(p)),
     # The round's k coordinate indices (int32) come down with the model.
@@ -564,6 +569,8 @@ def _fl_top_method(name: str, private: bool) -> Method:
       fixed_indices=p.top_k_indices,
       seed=p.seed,
       noise_seed=p.noise_seed,
+      # Seed 004 clips the compressed update.
+      clip_scope='payload',
     )
 
   return Method(
@@ -600,6 +607,7 @@ def _fl_basic_method(name: str, private: bool) -> Method:
       num_coordinates=_top_k_count(p),
       seed=p.seed,
       noise_seed=p.noise_seed,
+      clip_scope='payload',
     )
 
   return Method(

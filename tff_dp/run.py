@@ -39,6 +39,7 @@ from tff_dp import processes  # noqa: E402
 from tff_dp import public_data  # noqa: E402
 from tff_dp.aggregators import cmp_fed  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
+from tff_dp.aggregators import dp_randagg  # noqa: E402
 from tff_dp.aggregators import dpsfl  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
@@ -116,6 +117,14 @@ _RANDAGG = flags.DEFINE_float(
   'randagg_fraction',
   _D.randagg_fraction,
   'DP-RandAgg: fraction k/d of coordinates sent each round, in (0, 1].',
+)
+_RANDAGG_SCOPE = flags.DEFINE_enum(
+  'randagg_clip_scope',
+  _D.randagg_clip_scope,
+  list(dp_randagg.CLIP_SCOPES),
+  'DP-RandAgg: clip the whole update to --clip before taking its k '
+  "coordinates (update, seed 001's baseline) or only the k-vector (payload, "
+  'runs before issue #24).',
 )
 _BLUR_LAMBDA = flags.DEFINE_float(
   'blur_lambda', _D.blur_lambda, 'BLUR: lambda of the proximal hinge (>= 0).'
@@ -404,6 +413,7 @@ def config_from_flags() -> training.ExperimentConfig:
     ddgauss_bits=_BITS.value,
     ddgauss_min_clients=_MIN_CLIENTS.value,
     randagg_fraction=_RANDAGG.value,
+    randagg_clip_scope=_RANDAGG_SCOPE.value,
     blur_lambda=_BLUR_LAMBDA.value,
     lus_sparsity=_LUS_SPARSITY.value,
     top_k_ratio=_TOP_K.value,

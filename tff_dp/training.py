@@ -51,6 +51,7 @@ from tff_dp import composition
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
 from tff_dp.aggregators import finite_guard
 from tff_dp.client_works import diagnostics
@@ -96,6 +97,9 @@ class ExperimentConfig:
   # Poisson sampling; see `tff_dp.aggregators.ddgauss`).
   ddgauss_min_clients: Optional[int] = None
   randagg_fraction: float = 0.01
+  # DP-RandAgg: clip the whole update (seed 001) or only the k-vector
+  # ('payload', runs before issue #24; methods.LEGACY_DEFAULTS).
+  randagg_clip_scope: str = 'update'
   blur_lambda: float = 0.4
   lus_sparsity: float = 0.7
   top_k_ratio: float = 0.005
@@ -274,6 +278,7 @@ class ExperimentConfig:
     count_sketch.check_hashing(self.sketch_hashing)
     public_data.check_mode(self.public_batch)
     cmp_fed.check_options(self.cmp_layout, self.cmp_vectors_phase)
+    dp_randagg.check_clip_scope(self.randagg_clip_scope)
     if self.clip_from_public_round:
       if self.method not in methods_lib.PUBLIC_ROUND_CLIP_METHODS:
         raise ValueError(

@@ -47,15 +47,35 @@ def test_zero_noise_exact_values_by_hand():
   np.testing.assert_array_equal(_selected(out2.result)[1], 2 * flat)
 
 
-def test_clipping_applies_to_the_k_vector():
+def test_payload_scope_clips_the_k_vector():
   # Selected values of [1..6] at indices idx, clipped to norm 1 on the
   # k-vector: the result's nonzero part has norm 1 (one client, n = 1).
-  factory = dp_randagg.DPRandAggFactory(0.0, 1, 1.0, num_coordinates=3, seed=1)
+  factory = dp_randagg.DPRandAggFactory(
+    0.0, 1, 1.0, num_coordinates=3, seed=1, clip_scope='payload'
+  )
   process = factory.create(STRUCT)
   out = process.next(process.initialize(), [VALUE])
   idx, flat = _selected(out.result)
   kept = np.arange(1, 7, dtype=np.float64)[idx]
   np.testing.assert_allclose(flat[idx], kept / np.linalg.norm(kept), rtol=1e-5)
+
+
+def test_update_scope_clips_the_whole_update_before_sparsifying():
+  # Seed 001's baseline (the default): [1..6] has norm sqrt(91), so with
+  # clip 1 each kept coordinate is scaled by 1 / sqrt(91), not by 1 over the
+  # k-vector's norm; the k-vector's norm is then below the clip.
+  factory = dp_randagg.DPRandAggFactory(0.0, 1, 1.0, num_coordinates=3, seed=1)
+  process = factory.create(STRUCT)
+  out = process.next(process.initialize(), [VALUE])
+  idx, flat = _selected(out.result)
+  kept = np.arange(1, 7, dtype=np.float64)[idx]
+  np.testing.assert_allclose(flat[idx], kept / np.sqrt(91.0), rtol=1e-5)
+  assert np.linalg.norm(flat) < 1.0
+  # An update inside the clip is sent as it is under either scope.
+  factory = dp_randagg.DPRandAggFactory(0.0, 1, 10.0, num_coordinates=3, seed=1)
+  process = factory.create(STRUCT)
+  out = process.next(process.initialize(), [VALUE])
+  np.testing.assert_allclose(_selected(out.result)[1][idx], kept, rtol=1e-6)
 
 
 def test_non_private_mean_does_not_clip():
@@ -124,6 +144,10 @@ def test_payload_and_bytes():
     (dict(fraction=0.0), r'fraction must be in \(0, 1\]'),
     (dict(fraction=1.5), r'fraction must be in \(0, 1\]'),
     (dict(num_coordinates=2, fraction=0.5), 'exactly one of'),
+    (
+      dict(num_coordinates=2, clip_scope='k'),
+      r"clip_scope must be one of \('update', 'payload'\). Found 'k'",
+    ),
     (
       dict(num_coordinates=2, noise_multiplier=-1.0),
       'noise_multiplier must be a finite number >= 0',

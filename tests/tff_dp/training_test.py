@@ -308,6 +308,17 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   ).top_k_nonprivate_clip
 
 
+@pytest.mark.parametrize('name', sorted(methods.LEGACY_DEFAULTS))
+def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
+  legacy = methods.LEGACY_DEFAULTS[name]
+  assert getattr(training.ExperimentConfig(), name) != legacy
+  kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
+  assert getattr(methods.MethodParams(**kwargs), name) != legacy
+  assert getattr(methods.MethodParams.from_config({}, **kwargs), name) == (
+    legacy
+  )
+
+
 @pytest.mark.parametrize(
   'kwargs, match',
   [
