@@ -101,6 +101,11 @@ CASES = [
   (lambda: _config(top_k_ratio=0.0), 'top_k_ratio'),
   (lambda: _config(randagg_fraction=2.0), 'randagg_fraction'),
   (lambda: _config(blur_lambda=-1.0), 'blur_lambda'),
+  (
+    lambda: _config(method='blur', blur_lambda=40.0, client_lr=0.03),
+    r'blur_lambda must be below 1 / client_lr \(33.3333; seed 000, Lemma 2\)'
+    r'. Found 40.0',
+  ),
   (lambda: _config(sketch_rows=0), 'sketch_rows must be'),
   (lambda: _config(sketch_k=0), 'sketch_k must be'),
   (lambda: _config(sketch_lr=0.0), 'sketch_lr must be'),

@@ -249,6 +249,16 @@ class ExperimentConfig:
       raise ValueError(
         f'blur_lambda must be a finite number >= 0. Found {self.blur_lambda!r}.'
       )
+    if self.method in ('blur', 'blur_lus') and (
+      self.blur_lambda * self.client_lr >= 1
+    ):
+      # Seed 000, Lemma 2: the update is pulled to the ball "with lambda <
+      # 1/eta_l"; at or above it a penalty step overshoots the ball's centre.
+      raise ValueError(
+        'blur_lambda must be below 1 / client_lr '
+        f'({1 / self.client_lr:.6g}; seed 000, Lemma 2). Found '
+        f'{self.blur_lambda!r}.'
+      )
     if not 0 <= self.lus_sparsity < 1:
       raise ValueError(
         f'lus_sparsity must be in [0, 1). Found {self.lus_sparsity!r}.'
@@ -1064,7 +1074,7 @@ NON_PRIVATE_OUTPUTS = (
   "DPSFL's num_clients and DDGauss's actual_num_clients and released "
   'measurements',
   "CMP-Fed/UV-Fed's client_norms (the cohort's mean pre-clip norms of "
-  'U_i, V_i and the biases)',
+  'U_i, V_i and the biases, and the fraction each clip cut)',
 )
 _MEDICAL_TASKS = ('physionet2012', 'heart_disease')
 
@@ -1073,7 +1083,15 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   """The run's choices made from client data outside the privacy ledger."""
   steps = []
   if config.clip_source:
-    steps.append(f'clip {config.clip:.6g}: {config.clip_source}')
+    if config.method == 'cmp_fed':
+      c1, c2 = (
+        config.clip if c is None else c
+        for c in (config.cmp_clip_u, config.cmp_clip_v)
+      )
+      clips = f'clips C1 {c1:.6g}, C2 {c2:.6g}'
+    else:
+      clips = f'clip {config.clip:.6g}'
+    steps.append(f'{clips}: {config.clip_source}')
   if config.task in _MEDICAL_TASKS:
     steps.append(
       'feature standardisation, imputation means and the loss pos_weight '

@@ -118,6 +118,10 @@ def test_biases_ride_in_the_chosen_phase_under_its_clip(vectors_phase):
   norms = out.measurements['client_norms']
   assert norms['vectors'] == pytest.approx(100.0)
   released_u = out.measurements['mean_norms']['u_norm']
+  # The one client's phase-1 payload is cut by C1 only when the bias is in
+  # it; its phase-2 payload (||V|| <= ||value|| ~ 100) never by C2 = 1e3.
+  assert norms['u_clipped'] == (1.0 if vectors_phase == 'u' else 0.0)
+  assert norms['v_clipped'] == 0.0
   if vectors_phase == 'v':
     assert released_u == pytest.approx(norms['u'], rel=1e-5)  # Unclipped.
     np.testing.assert_allclose(out.result[1], value[1], rtol=1e-5)
