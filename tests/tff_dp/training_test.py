@@ -308,6 +308,21 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   ).top_k_nonprivate_clip
 
 
+def test_tuning_outside_ledger_names_cmp_feds_two_clips():
+  config = training.ExperimentConfig(
+    task='heart_disease',
+    method='cmp_fed',
+    clip=1.0,
+    cmp_clip_u=0.05,
+    clip_source='median rule on a probe run',
+  )
+  steps = training.tuning_outside_ledger(config, methods.METHODS['cmp_fed'])
+  assert 'clips C1 0.05, C2 1: median rule on a probe run' in steps
+  config = dataclasses.replace(config, method='dp_fedavg')
+  steps = training.tuning_outside_ledger(config, methods.METHODS['dp_fedavg'])
+  assert 'clip 1: median rule on a probe run' in steps
+
+
 @pytest.mark.parametrize('name', sorted(methods.LEGACY_DEFAULTS))
 def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
   legacy = methods.LEGACY_DEFAULTS[name]
