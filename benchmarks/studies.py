@@ -895,7 +895,35 @@ def _rows_003():
         clip_half_model_norm_of=f'{tag}_fedavg',
       ),
     ]
+    if model == 'mlp':
+      # Issue #24's reading: Poisson sampling at the same expected cohort
+      # (20 of 300 writers, 20 of 100 clients), at the clip the fixed-size
+      # row used (0.5 x the FedAvg row's mean update norm, as recorded).
+      rows.append(
+        Row(
+          f'{tag}_dp_fedavg_poisson',
+          f'DP-FedAvg, Poisson sampling, {task}, {model}',
+          dict(
+            base,
+            method='dp_fedavg',
+            clients_per_round=None,
+            client_sampling_rate=20 / _CLIENTS_003[task],
+            clip=_CLIP_003[tag],
+            clip_source=(
+              f'0.5 x the mean update norm of the non-private {tag}_fedavg '
+              'run'
+            ),
+          ),
+          dict(best=(paper[0] - paper[1] - paper[2]) / 100),
+        )
+      )
   return tuple(rows)
+
+
+# The clients of seed 003's tasks here, and the clips the fixed-size
+# DP-FedAvg MLP rows ran with (benchmarks/results/seed003_clipping.json).
+_CLIENTS_003 = {'emnist_digits': 300, 'cifar10_dirichlet': 100}
+_CLIP_003 = {'emnist_mlp': 0.172, 'cifar10_mlp': 0.133}
 
 
 STUDIES['seed003_clipping'] = Study(
