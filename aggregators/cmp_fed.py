@@ -52,10 +52,11 @@ clipping and no noise, means over the participants.
 
 Measurements: `u` and `v`, the inner aggregators'; `mean_norms` (u_norm,
 v_norm): the L2 norms of the two phases' (noisy) means; `client_norms` (u,
-v, vectors, u_clipped, v_clipped): the cohort's mean pre-clip norms of U_i,
-V_i (matrices) and of the vectors, and the fraction of the cohort whose
-phase-1 and phase-2 payloads each clip cut (not private: a diagnostic beside
-the update diagnostics).
+v, vectors, u_payload, v_payload, u_clipped, v_clipped): the cohort's mean
+pre-clip norms of U_i, V_i (matrices), of the vectors and of each phase's
+whole payload, and the fraction of the cohort whose phase-1 and phase-2
+payloads each clip cut (not private: a diagnostic beside the update
+diagnostics).
 `CMPFedFactory.noise_energy` and `signal_share` turn them into how much of
 each release was signal.
 """
@@ -330,18 +331,19 @@ class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
     def client_norms(u, v):
       vecs = list(u[num_m:]) if in_u else list(v[num_m:])
 
-      def clipped(payload, clip):
-        norm = tf.linalg.global_norm(tf.nest.flatten(payload))
-        return tf.cast(norm > clip, tf.float32)
-
+      u_payload = tf.linalg.global_norm(tf.nest.flatten(u))
+      v_payload = tf.linalg.global_norm(tf.nest.flatten(v))
       return collections.OrderedDict(
         u=tf.linalg.global_norm(list(u[:num_m])),
         v=tf.linalg.global_norm(list(v[:num_m])),
         vectors=tf.linalg.global_norm(vecs) if vecs else tf.constant(0.0),
+        # Each phase's whole payload (what its clip sees).
+        u_payload=u_payload,
+        v_payload=v_payload,
         # The fraction of the cohort each phase's clip cut: 0.5 when the
         # clip sits at the median, as the seed's rule asks.
-        u_clipped=clipped(u, clip_u),
-        v_clipped=clipped(v, clip_v),
+        u_clipped=tf.cast(u_payload > clip_u, tf.float32),
+        v_clipped=tf.cast(v_payload > clip_v, tf.float32),
       )
 
     @tff.tensorflow.computation(u_hat_type, v_type, u_type)

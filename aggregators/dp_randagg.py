@@ -19,8 +19,9 @@ What is clipped (`clip_scope`, one of `CLIP_SCOPES`):
   the distribution N(0, sigma^2 I_d) and then sparsified using the random-k
   sparsification" (Sec. V), and picks every clip by "the median of the l2-norm
   of the subspace/embedding/model to be clipped" with "C = 1.0 for DP-FedAvg
-  and DP-RandAgg": the clipped object is the model update, whose median norm
-  (about 1.2 in our seed-001 runs) fits C = 1. The k-vector of a clipped
+  and DP-RandAgg": the clipped object is the model update. Its median norm
+  in our seed-001 runs is 1.16-1.29, so the seed's C = 1 sits a little
+  below it (0.93-0.99 of those updates were above 1). The k-vector of a clipped
   update has norm <= clip, so the k-vector clip after it (kept as the
   guard of what is noised) changes nothing and the DP event is the same.
 - 'payload': only the k-vector is clipped to `clip` (runs before issue #24).
@@ -124,8 +125,9 @@ class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
         for the non-private mean over participants (no clip, no noise).
       clients_per_round: Expected clients per round (the DP mean's
         denominator), > 0.
-      clip: L2 clip of each client's k-dim vector, > 0; None with
-        noise_multiplier None.
+      clip: L2 clip, > 0, of each client's whole update ('update' scope)
+        or of its k-dim vector ('payload'); the k-vector is clipped to it
+        before the noise either way. None with noise_multiplier None.
       num_coordinates: k, in [1, d] (checked against d at `create`).
       fraction: k/d in (0, 1], if `num_coordinates` is not given.
       seed: Seed of the coordinate sampler (public randomness).

@@ -1052,9 +1052,9 @@ def clip_from_run(run_dir: pathlib.Path) -> float:
   return float(f'{clip:.3g}')
 
 
-# CMP-Fed's clip flag -> (its phase's matrix norm, whether the vectors ride
-# in that phase with the given --cmp_vectors_phase).
-_CMP_PHASES = {'cmp_clip_u': ('u', 'u'), 'cmp_clip_v': ('v', 'v')}
+# CMP-Fed's clip flag -> its phase's payload norm in `client_norms`.
+_CMP_PHASES = {'cmp_clip_u': 'u_payload', 'cmp_clip_v': 'v_payload'}
+CMP_CLIENT_NORMS = 'tff/aggregator/client_norms/'
 
 
 def cmp_clip_from_run(run_dir: pathlib.Path, clip_flag: str) -> float:
@@ -1063,29 +1063,20 @@ def cmp_clip_from_run(run_dir: pathlib.Path, clip_flag: str) -> float:
   "The clipping parameter is selected according to the median of the l2-norm
   of the subspace/embedding/model to be clipped" (seed 001, Sec. V): the
   median over the probe's rounds of the cohort's mean pre-clip norm of that
-  phase's payload (`client_norms`: the matrices' norm, with the vectors'
-  added in quadrature when they ride in that phase). The cohort mean stands
-  in for the cohort median, which a federated mean cannot give; the row
-  run at the resulting clip reports the fraction each clip cut
+  phase's whole payload (`client_norms/{u,v}_payload`: its matrices and,
+  in the phase that carries them, the vectors). The cohort mean stands in
+  for the cohort median, which a federated mean cannot give; the row run at
+  the resulting clip reports the fraction each clip cut
   (`client_norms/{u,v}_clipped`), 0.5 when the clip sits at the median.
   """
   if clip_flag not in _CMP_PHASES:
     raise ValueError(
       f'clip_flag must be one of {sorted(_CMP_PHASES)}. Found {clip_flag!r}.'
     )
-  key, phase = _CMP_PHASES[clip_flag]
-  config = json.loads((run_dir / 'config.json').read_text())
-  with_vectors = config.get('cmp_vectors_phase', 'u') == phase
-  prefix = 'tff/aggregator/client_norms/'
-  norms = []
-  for r in read_metrics(run_dir):
-    if prefix + key not in r:
-      continue
-    vectors = r.get(prefix + 'vectors', 0.0) if with_vectors else 0.0
-    norms.append(math.hypot(r[prefix + key], vectors))
-  clip = _median(norms)
+  key = CMP_CLIENT_NORMS + _CMP_PHASES[clip_flag]
+  clip = _median([r.get(key) for r in read_metrics(run_dir)])
   if not math.isfinite(clip) or clip <= 0:
-    raise ValueError(f'{run_dir} has no CMP-Fed client_norms measurements.')
+    raise ValueError(f'{run_dir} has no CMP-Fed {key} measurements.')
   return float(f'{clip:.3g}')
 
 
@@ -1204,8 +1195,10 @@ def summarize_run(
 def _cmp_client_norms(config, rows) -> dict[str, str]:
   """CMP-Fed's clips, mean pre-clip norms and clipped fractions (medians
   over rounds), for runs that measured them (after issue #24)."""
-  prefix = 'tff/aggregator/client_norms/'
-  if not any(prefix + 'u_clipped' in r for r in rows):
+  prefix = CMP_CLIENT_NORMS
+  if config.get('method') != 'cmp_fed' or not any(
+    prefix + 'u_clipped' in r for r in rows
+  ):
     return dict.fromkeys(
       ('C1 / C2', 'mean ||U_i|| / ||V_i|| / ||vectors||', 'U / V clipped'), ''
     )

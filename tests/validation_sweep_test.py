@@ -102,7 +102,7 @@ CASES = [
   (lambda: _config(randagg_fraction=2.0), 'randagg_fraction'),
   (lambda: _config(blur_lambda=-1.0), 'blur_lambda'),
   (
-    lambda: _config(method='blur', blur_lambda=40.0, client_lr=0.03),
+    lambda: _config(method='blur_lus', blur_lambda=40.0, client_lr=0.03),
     r'blur_lambda must be below 1 / client_lr \(33.3333; seed 000, Lemma 2\)'
     r'. Found 40.0',
   ),

@@ -252,8 +252,10 @@ class ExperimentConfig:
     if self.method in ('blur', 'blur_lus') and (
       self.blur_lambda * self.client_lr >= 1
     ):
-      # Seed 000, Lemma 2: the update is pulled to the ball "with lambda <
-      # 1/eta_l"; at or above it a penalty step overshoots the ball's centre.
+      # Seed 000, Lemma 2 (plain SGD): the update is pulled to the ball
+      # "with lambda < 1/eta_l"; above it a penalty step overshoots the
+      # ball's centre. With client momentum the lemma does not apply and
+      # only this necessary bound is checked.
       raise ValueError(
         'blur_lambda must be below 1 / client_lr '
         f'({1 / self.client_lr:.6g}; seed 000, Lemma 2). Found '

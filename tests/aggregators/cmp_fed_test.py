@@ -1,5 +1,6 @@
 """CMP-Fed / UV-Fed: two power-iteration phases a round."""
 
+import csv
 import dp_accounting
 import numpy as np
 import pytest
@@ -132,6 +133,33 @@ def test_biases_ride_in_the_chosen_phase_under_its_clip(vectors_phase):
     assert np.linalg.norm(out.result[1]) <= 1.0 * (1 + 1e-4)
 
 
+def test_clipped_fractions_and_payload_norms_over_a_cohort():
+  # Two clients, one 100x the other: C1 sits between their phase-1
+  # payloads, so half the cohort is clipped there; C2 = 1e6 clips neither.
+  small = [np.full((6, 4), 0.01, np.float32), np.full(4, 0.01, np.float32)]
+  big = [100 * x for x in small]
+  process = cmp_fed.cmp_fed(
+    4,
+    noise_multiplier=0.0,
+    clients_per_round=2,
+    clip_u=1.0,
+    clip_v=1e6,
+    secure_sum=False,
+  ).create(TYPE)
+  state = process.initialize()
+  v0 = state['v'][0]
+  out = process.next(state, [small, big])
+  norms = out.measurements['client_norms']
+  # The default layout puts U on the output side: M = kernel^T.
+  u_small = np.linalg.norm(small[0].T @ v0)
+  assert u_small < 1.0 < 100 * u_small
+  assert norms['u_clipped'] == pytest.approx(0.5)
+  assert norms['v_clipped'] == 0.0
+  # The phase-1 payload is U alone (vectors in V): mean of the two norms.
+  assert norms['u_payload'] == pytest.approx(101 * u_small / 2, rel=1e-4)
+  assert norms['v_payload'] >= norms['v']
+
+
 def test_repeated_rounds_converge_to_the_best_rank_r_approximation():
   value = _value(2)
   u, s, vt = np.linalg.svd(value[0].astype(np.float64))
@@ -242,9 +270,17 @@ def test_runner_methods(tmp_path, method):
     'down': 4 * 1281 + cmp_fed.extra_download_bytes(shapes, 2),
     'up': cmp_fed.upload_bytes(shapes, 2),
   }
+  # The CSV columns `benchmarks.studies` reads to set C1 and C2.
+  with open(tmp_path / method / 'metrics.csv', newline='') as f:
+    last = list(csv.DictReader(f))[-1]
+  prefix = 'tff/aggregator/client_norms/'
+  assert float(last[prefix + 'u_payload']) > 0
+  assert float(last[prefix + 'v_payload']) > 0
   if method == 'uv_fed':
+    assert float(last[prefix + 'u_clipped']) == 0.0  # No clip.
     assert summary['epsilon_rdp'] is None
     return
+  assert 0 <= float(last[prefix + 'v_clipped']) <= 1
   event = privacy.event_from_dict(summary['dp_events'][-1])
   assert event == dp_accounting.PoissonSampledDpEvent(
     1.0, dp_accounting.GaussianDpEvent(pytest.approx(1 / np.sqrt(2)))

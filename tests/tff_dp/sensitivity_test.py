@@ -63,8 +63,17 @@ def _process(name):
     'dp_randagg': dp_randagg.DPRandAggFactory(
       0.0, 1, CLIP, num_coordinates=9, seed=1
     ),
+    'dp_randagg_payload': dp_randagg.DPRandAggFactory(
+      0.0, 1, CLIP, num_coordinates=9, seed=1, clip_scope='payload'
+    ),
+    # As FL-TOP-DP builds it (seed 004 clips the compressed update).
     'fl_top': dp_randagg.DPRandAggFactory(
-      0.0, 1, CLIP, num_coordinates=3, fixed_indices=np.array([0, 5, 27])
+      0.0,
+      1,
+      CLIP,
+      num_coordinates=3,
+      fixed_indices=np.array([0, 5, 27]),
+      clip_scope='payload',
     ),
     'dpsfl': dpsfl.dpsfl(
       3, 16, 4, noise_multiplier=0.0, clients_per_round=1, clip=CLIP
@@ -100,7 +109,9 @@ def _run(name, flat):
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
 
 
-@pytest.mark.parametrize('name', ['dp_fedavg', 'dp_randagg', 'fl_top'])
+@pytest.mark.parametrize(
+  'name', ['dp_fedavg', 'dp_randagg', 'dp_randagg_payload', 'fl_top']
+)
 @SETTINGS
 @given(flat=vectors)
 def test_clipped_update_contribution(name, flat):
