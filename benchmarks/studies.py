@@ -1044,12 +1044,20 @@ def _median(values: list[float]) -> float:
   )
 
 
+def _median_over_rounds(run_dir: pathlib.Path, key: str, missing: str) -> float:
+  """A clip: the median over a run's rounds of `key` (3 significant digits);
+  raises `ValueError(f'{run_dir} has no {missing}.')` if it has none."""
+  clip = _median([r.get(key) for r in read_metrics(run_dir)])
+  if not math.isfinite(clip) or clip <= 0:
+    raise ValueError(f'{run_dir} has no {missing}.')
+  return float(f'{clip:.3g}')
+
+
 def clip_from_run(run_dir: pathlib.Path) -> float:
   """Median over rounds of the cohort's median pre-clip update norm."""
-  clip = _median([r.get('update_norm_q50') for r in read_metrics(run_dir)])
-  if not math.isfinite(clip) or clip <= 0:
-    raise ValueError(f'{run_dir} has no update-norm diagnostics.')
-  return float(f'{clip:.3g}')
+  return _median_over_rounds(
+    run_dir, 'update_norm_q50', 'update-norm diagnostics'
+  )
 
 
 # CMP-Fed's clip flag -> its phase's payload norm in `client_norms`.
@@ -1074,10 +1082,7 @@ def cmp_clip_from_run(run_dir: pathlib.Path, clip_flag: str) -> float:
       f'clip_flag must be one of {sorted(_CMP_PHASES)}. Found {clip_flag!r}.'
     )
   key = CMP_CLIENT_NORMS + _CMP_PHASES[clip_flag]
-  clip = _median([r.get(key) for r in read_metrics(run_dir)])
-  if not math.isfinite(clip) or clip <= 0:
-    raise ValueError(f'{run_dir} has no CMP-Fed {key} measurements.')
-  return float(f'{clip:.3g}')
+  return _median_over_rounds(run_dir, key, f'CMP-Fed {key} measurements')
 
 
 def final_model_norm(run_dir: pathlib.Path) -> float:
