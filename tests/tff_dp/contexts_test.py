@@ -75,18 +75,28 @@ def _environ(pid: int) -> dict[str, str]:
   return dict(e.decode().split('=', 1) for e in entries if b'=' in e)
 
 
-def test_worker_gets_two_malloc_arenas_unless_the_user_sets_them(monkeypatch):
-  monkeypatch.delenv(contexts.MALLOC_ARENA_ENV, raising=False)
+def test_worker_gets_the_malloc_settings_unless_the_user_sets_them(
+  monkeypatch,
+):
+  for name in contexts.WORKER_MALLOC_ENV:
+    monkeypatch.delenv(name, raising=False)
   contexts.set_simulation_context(inter_op_threads=3)
   tff.tensorflow.computation(lambda: tf.constant(1))()
-  pid = contexts.local_worker().process.pid
-  assert _environ(pid)[contexts.MALLOC_ARENA_ENV] == '2'
+  env = _environ(contexts.local_worker().process.pid)
+  assert {k: env.get(k) for k in contexts.WORKER_MALLOC_ENV} == {
+    'MALLOC_ARENA_MAX': '2',
+    'MALLOC_MMAP_THRESHOLD_': '33554432',
+    'MALLOC_TRIM_THRESHOLD_': '1073741824',
+  }
   # A user's own setting is passed on (a fresh worker: new settings).
   monkeypatch.setenv(contexts.MALLOC_ARENA_ENV, '4')
+  monkeypatch.setenv('MALLOC_TRIM_THRESHOLD_', '131072')
   contexts.set_simulation_context(inter_op_threads=2)
   tff.tensorflow.computation(lambda: tf.constant(2))()
-  pid = contexts.local_worker().process.pid
-  assert _environ(pid)[contexts.MALLOC_ARENA_ENV] == '4'
+  env = _environ(contexts.local_worker().process.pid)
+  assert env[contexts.MALLOC_ARENA_ENV] == '4'
+  assert env['MALLOC_TRIM_THRESHOLD_'] == '131072'
+  assert env['MALLOC_MMAP_THRESHOLD_'] == '33554432'
   contexts.set_simulation_context()
 
 
