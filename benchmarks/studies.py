@@ -1115,7 +1115,9 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
   from tff_dp.aggregators import cmp_fed
 
   summary = json.loads((run_dir / 'summary.json').read_text())
-  config = summary['config']
+  # summary.json says only whether a noise seed was given, never its value
+  # (training.noise_seed_status); the noise's energy does not depend on it.
+  config = dict(summary['config'], noise_seed=None)
   with np.load(run_dir / 'final_model_weights.npz') as weights:
     shapes = [
       weights[k].shape for k in weights.files if k.startswith('trainable_')

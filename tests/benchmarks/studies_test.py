@@ -35,3 +35,51 @@ def test_cmp_clip_from_a_run_without_the_measurement_or_a_bad_flag(tmp_path):
     studies.cmp_clip_from_run(tmp_path, 'cmp_clip_v')
   with pytest.raises(ValueError, match="clip_flag must be one of .* 'clip'"):
     studies.cmp_clip_from_run(tmp_path, 'clip')
+
+
+def _cmp_run(run_dir, noise_seed):
+  """A fabricated finished CMP-Fed run: summary, final weights, metrics."""
+  import json
+
+  import numpy as np
+
+  from tff_dp import privacy
+  from tff_dp import training
+
+  run_dir.mkdir()
+  config = training.ExperimentConfig(
+    method='cmp_fed', clip=1.0, noise_multiplier=1.0, noise_seed=noise_seed
+  )
+  sampling = privacy.Sampling(mode='poisson', num_clients=100, rate=0.1)
+  summary = {
+    'config': config.to_dict(),
+    'num_model_params': 20 * 10 + 10,
+    'sampling': sampling.to_dict(),
+    'noise_multiplier': 1.0,
+  }
+  (run_dir / 'summary.json').write_text(json.dumps(summary))
+  np.savez(
+    run_dir / 'final_model_weights.npz',
+    trainable_0=np.zeros((20, 10), np.float32),
+    trainable_1=np.zeros((10,), np.float32),
+  )
+  u, v = 'tff/aggregator/mean_norms/u_norm', 'tff/aggregator/mean_norms/v_norm'
+  with open(run_dir / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', u, v])
+    writer.writerows([[1, 5.0, 20.0], [2, 7.0, 30.0], [3, 6.0, 10.0]])
+  return run_dir
+
+
+def test_cmp_signal_shares_of_a_run_whose_summary_hides_its_noise_seed(
+  tmp_path,
+):
+  # summary.json records 'given by --noise_seed ...', not the seed itself;
+  # the shares (which do not depend on the seed) must still be computed.
+  seeded = _cmp_run(tmp_path / 'seeded', noise_seed=0)
+  secret = _cmp_run(tmp_path / 'secret', noise_seed=None)
+  shares = studies.cmp_signal_shares(seeded)
+  assert shares == studies.cmp_signal_shares(secret)
+  assert all(0 < s < 1 for s in shares)
+  # A larger released norm over the same noise is a larger signal share.
+  assert shares[0] < shares[1]
