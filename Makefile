@@ -4,13 +4,14 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tff_dp_installed
+JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 # Run-time limits: the whole test suite, and each benchmark.
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: install bazel-install run test test-pytest lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
-install: $(STAMP)
+install: $(STAMP) $(JEMALLOC_STAMP)
 
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.txt setup.py pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: tff-dp needs Python 3.11 (TFF 0.87)"; exit 1; }
@@ -23,6 +24,25 @@ $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.tx
 	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_dp.tasks, tff_dp.aggregators"
 	touch $@
 
+# jemalloc for the TFF worker (README, "Memory over long runs"): the
+# system's if it has one, else Debian's libjemalloc2 unpacked into the
+# venv's lib/ (no root needed). Without either the worker runs on glibc
+# malloc, and its memory climbs over long runs. The paths are
+# tff_dp.contexts.JEMALLOC_PATHS.
+JEMALLOC_PATHS := $(VENV)/lib/libjemalloc.so.2 \
+  /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 \
+  /usr/local/lib/libjemalloc.so.2
+$(JEMALLOC_STAMP): $(STAMP)
+	@if ! ls $(JEMALLOC_PATHS) 2>/dev/null | grep -q .; then \
+	  tmp=$$(mktemp -d) && ( cd $$tmp && apt-get download -q libjemalloc2 >/dev/null 2>&1 && \
+	    dpkg -x libjemalloc2_*.deb x && cp x/usr/lib/*/libjemalloc.so.2 $(abspath $(VENV))/lib/ ) ; \
+	  rm -rf $$tmp; \
+	fi; \
+	if ls $(JEMALLOC_PATHS) 2>/dev/null | grep -q .; then \
+	  echo "jemalloc for the TFF worker: $$(ls $(JEMALLOC_PATHS) 2>/dev/null | head -1)"; \
+	else echo "warning: no jemalloc (apt-get download libjemalloc2 failed): the TFF worker uses glibc malloc, and its memory climbs over long runs"; fi
+	touch $@
+
 # A short DP-FedAvg job on real Fashion-MNIST (seed 001's setting: 6,000
 # clients, Poisson sampling q = 1/60, 10 local steps of batch 10, clip 1,
 # noise multiplier 1.185, delta 1e-4) for 15 of its 180 rounds; prints the
@@ -33,7 +53,7 @@ RUN_FLAGS := --task=fashion_mnist_iid --method=dp_fedavg \
   --client_sampling_rate=0.016667 --noise_multiplier=1.185 --delta=1e-4 \
   --clip=1.0 --batch_size=10 --local_epochs=10 --local_steps=10 \
   --client_lr=0.05 --client_momentum=0.5 --eval_every=5
-run: $(STAMP)
+run: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m tff_dp.run $(RUN_FLAGS) --rounds=15 --root_output_dir=runs/make_run
 
 lint: $(STAMP)
@@ -47,11 +67,11 @@ format: $(STAMP)
 # py_test per test file, run by pytest), or pytest directly where npm is
 # missing. worker_binary children are ended by tff_dp's atexit hook and by
 # `timeout -k`. The last line reads "N passed, N failed, N skipped".
-test: $(STAMP) lint
+test: $(STAMP) $(JEMALLOC_STAMP) lint
 	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh
 
 # The same suite straight through pytest (no Bazel).
-test-pytest: $(STAMP) lint
+test-pytest: $(STAMP) $(JEMALLOC_STAMP) lint
 	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q tests
 
 bazel-install:
@@ -64,28 +84,28 @@ bench: bench-memory bench-speed bench-workers bench-methods bench-audit bench-lo
 
 # 200 rounds of make run's job: RSS of the job and its worker every round
 # (benchmarks/results/memory.{md,png}); rerunning resumes the job.
-bench-memory: $(STAMP)
+bench-memory: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.memory --rounds=200 -- $(RUN_FLAGS)
 
 # make run's job over 30 rounds (after one) beside stock TFF (default and
 # tuned) and the 2-core floor, in one run: benchmarks/results/round_speed.md.
-bench-speed: $(STAMP)
+bench-speed: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=30 \
 	  --configs=floor_2x1,stock_default,stock_tuned,ours_readme \
 	  --output=benchmarks/results/round_speed.md -- $(RUN_FLAGS)
 
 # Seconds per round in-process vs over 1 and 2 local TFF worker_binary
 # processes (scale-out), in the same run.
-bench-workers: $(STAMP)
+bench-workers: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=5 --method=$(METHOD) \
 	  --configs=ours,workers_1,workers_2 --output=benchmarks/results/workers_speed.md
 
 # Every technique's round against DP-FedAvg's, measured in the same run.
-bench-methods: $(STAMP)
+bench-methods: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.method_cost
 
 # One-shot canary audit of every DP aggregator against its ledger epsilon.
-bench-audit: $(STAMP)
+bench-audit: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.privacy_audit
 
 # Paper-table studies (long: minutes to an hour each on 2 cores); results in
@@ -95,10 +115,10 @@ STUDY ?= seed004_medical
 study: $(STAMP)
 	$(PY) -m benchmarks.studies --study=$(STUDY)
 
-bench-load: $(STAMP)
+bench-load: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.load_time
 
-bench-centralized: $(STAMP)
+bench-centralized: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.centralized --output=benchmarks/results/centralized.md
 
 clean:

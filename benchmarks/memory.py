@@ -91,6 +91,7 @@ def main(argv):
   }
   total_slope = slopes['worker_rss_mb'] + slopes['python_rss_mb']
   out = pathlib.Path(_OUTPUT.value)
+  out.parent.mkdir(parents=True, exist_ok=True)
   png = out.with_suffix('.png')
   command = (
     f'python -m benchmarks.memory --rounds={_ROUNDS.value} -- '

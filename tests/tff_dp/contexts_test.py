@@ -1,5 +1,7 @@
 """Tests of the simulation context: bounded executors, flat worker memory."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -98,6 +100,37 @@ def test_worker_gets_the_malloc_settings_unless_the_user_sets_them(
   assert env['MALLOC_TRIM_THRESHOLD_'] == '131072'
   assert env['MALLOC_MMAP_THRESHOLD_'] == '33554432'
   contexts.set_simulation_context()
+
+
+def _maps(pid: int) -> str:
+  with open(f'/proc/{pid}/maps') as f:
+    return f.read()
+
+
+def test_worker_preloads_jemalloc_when_found_unless_turned_off(monkeypatch):
+  monkeypatch.delenv(contexts.WORKER_JEMALLOC_ENV, raising=False)
+  monkeypatch.delenv(contexts.JEMALLOC_CONF_ENV, raising=False)
+  path = contexts.worker_jemalloc()
+  if path is None:
+    pytest.skip(f'no {contexts.JEMALLOC_LIBRARY} here (make install adds one)')
+  contexts.set_simulation_context(inter_op_threads=3)
+  tff.tensorflow.computation(lambda: tf.constant(1))()
+  pid = contexts.local_worker().process.pid
+  assert os.path.realpath(path) in _maps(pid)
+  env = _environ(pid)
+  assert env['LD_PRELOAD'].split()[0] == path
+  assert env[contexts.JEMALLOC_CONF_ENV] == 'oversize_threshold:0'
+  monkeypatch.setenv(contexts.WORKER_JEMALLOC_ENV, 'none')
+  contexts.set_simulation_context(inter_op_threads=2)
+  tff.tensorflow.computation(lambda: tf.constant(2))()
+  assert 'jemalloc' not in _maps(contexts.local_worker().process.pid)
+  contexts.set_simulation_context()
+
+
+def test_a_missing_jemalloc_path_is_named(monkeypatch):
+  monkeypatch.setenv(contexts.WORKER_JEMALLOC_ENV, '/no/such/libjemalloc.so.2')
+  with pytest.raises(ValueError, match="'/no/such/libjemalloc.so.2' is not"):
+    contexts.worker_jemalloc()
 
 
 def _tiny_process():
