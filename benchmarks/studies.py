@@ -1196,6 +1196,8 @@ def summarize_run(
   if summary['config'].get('method') == 'cmp_fed':
     out['U signal share'], out['V signal share'] = cmp_signal_shares(run_dir)
   out.update(_cmp_client_norms(summary['config'], rows))
+  # --clip, or what replaced it (--clip_from_public_round).
+  out['clip in force'] = summary.get('clip')
   return out
 
 
@@ -1277,6 +1279,9 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
     # Its diagnostics see the reported update (the round's model minus the
     # clipped model), not the model it clips: no clipped fraction to show.
     result['fraction clipped'] = ''
+  clip_in_force = result.pop('clip in force', None)
+  if clip_in_force is None:  # A summary from before it recorded the clip.
+    clip_in_force = values.get('clip', 1.0)
   paper = row.paper
   record = {
     'row': row.name,
@@ -1288,7 +1293,7 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
     'paper epsilon': paper.get('eps', ''),
     # The clip in force (non-private methods other than CE-FedAvg and model
     # clipping do not clip).
-    'clip': values.get('clip', 1.0)
+    'clip': clip_in_force
     if result['epsilon RDP'] is not None
     or values.get('method') in ('ce_fedavg', 'model_clip')
     else '',

@@ -1101,9 +1101,14 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       'preprocessing)'
     )
   if method.setup is not None and config.method.startswith('fl_top'):
+    public_set = (
+      'patients held out of every client when the task is loaded'
+      if config.task in _MEDICAL_TASKS
+      else 'EMNIST digits stand in for the public set'
+    )
     steps.append(
       "FL-TOP's Top-K mask is chosen on a server-held public batch "
-      '(not client data; EMNIST digits stand in for the public set)'
+      f'(not client data; {public_set})'
     )
   if config.clip_from_public_round:
     steps.append(

@@ -83,3 +83,32 @@ def test_cmp_signal_shares_of_a_run_whose_summary_hides_its_noise_seed(
   assert all(0 < s < 1 for s in shares)
   # A larger released norm over the same noise is a larger signal share.
   assert shares[0] < shares[1]
+
+
+def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
+  # FL-TOP-DP with --clip_from_public_round: --clip is replaced by the
+  # public round's update norm, which summary.json records as "clip".
+  import json
+
+  from tff_dp import training
+
+  config = training.ExperimentConfig(
+    method='fl_top_dp', clip=1.0, clip_from_public_round=True
+  )
+  summary = {
+    'config': config.to_dict(),
+    'num_model_params': 210,
+    'bytes_per_client_per_round': {'down': 840, 'up': 84},
+    'epsilon_rdp': 1.0,
+    'epsilon_pld': 0.9,
+    'noise_multiplier': 1.0,
+    'clip': 0.998,
+  }
+  (tmp_path / 'summary.json').write_text(json.dumps(summary))
+  with open(tmp_path / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', 'test_accuracy'])
+    writer.writerows([[1, 0.5], [2, 0.6]])
+  out = studies.summarize_run(tmp_path, 'test_accuracy', 0.1)
+  assert out['clip in force'] == 0.998
+  assert out['best test metric'] == 0.6

@@ -323,6 +323,20 @@ def test_tuning_outside_ledger_names_cmp_feds_two_clips():
   assert 'clip 1: median rule on a probe run' in steps
 
 
+@pytest.mark.parametrize(
+  'task, public_set',
+  [
+    ('physionet2012', 'patients held out of every client'),
+    ('fashion_mnist_iid', 'EMNIST digits stand in'),
+  ],
+)
+def test_tuning_outside_ledger_names_fl_tops_public_set(task, public_set):
+  config = training.ExperimentConfig(task=task, method='fl_top_dp')
+  steps = training.tuning_outside_ledger(config, methods.METHODS['fl_top_dp'])
+  (mask,) = (s for s in steps if 'Top-K mask' in s)
+  assert public_set in mask
+
+
 @pytest.mark.parametrize('name', sorted(methods.LEGACY_DEFAULTS))
 def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
   legacy = methods.LEGACY_DEFAULTS[name]
