@@ -550,9 +550,12 @@ def _top_k_count(p: MethodParams) -> int:
 def _top_k_noise_and_clip(p: MethodParams, private: bool) -> tuple:
   """DPRandAggFactory's (noise_multiplier, clients_per_round, clip).
 
-  The private versions clip and noise (seed 004, Alg. 3 line 25); the
-  non-private ones send the unclipped compressed update (Alg. 1 line 24)
-  unless `top_k_nonprivate_clip` keeps the pre-#24 clip at `clip`.
+  The private versions clip and noise (seed 004, Alg. 3 lines 25-26: the
+  compressed update "is then clipped (in Line 26) to obtain ... with
+  L_2-norm at most S"); the non-private ones send the unclipped compressed
+  update (Alg. 1: the server "updates the common model w_t with the
+  average of these compressed updates (in Line 12)", no clip), unless
+  `top_k_nonprivate_clip` keeps the pre-#24 clip at `clip`.
   """
   if private:
     return p.noise_multiplier, p.expected_clients_per_round, p.clip
