@@ -165,14 +165,26 @@ def run_job(
   return samples
 
 
-def slope_mb_per_round(samples: Sequence[Sample], field: str) -> float:
-  """Least-squares slope of `field` (MB) against the round number.
+def slope_mb_per_round(
+  samples: Sequence[Sample], *fields: str
+) -> tuple[float, float]:
+  """Least-squares slope (MB a round) of the sum of `fields` against the
+  round number, and its standard error.
 
-  Samples without a reading (None) are left out.
+  Samples missing a reading (None) in any field are left out; with fewer
+  than 3 the error (and with fewer than 2 the slope) is NaN.
   """
-  kept = [s for s in samples if getattr(s, field) is not None]
+  kept = [s for s in samples if all(getattr(s, f) is not None for f in fields)]
   if len(kept) < 2:
-    return float('nan')
-  return statistics.linear_regression(
-    [s.round for s in kept], [getattr(s, field) for s in kept]
-  ).slope
+    return float('nan'), float('nan')
+  x = [float(s.round) for s in kept]
+  y = [sum(getattr(s, f) for f in fields) for s in kept]
+  fit = statistics.linear_regression(x, y)
+  if len(kept) < 3:
+    return fit.slope, float('nan')
+  mean_x = statistics.fmean(x)
+  residual = sum(
+    (yi - fit.intercept - fit.slope * xi) ** 2 for xi, yi in zip(x, y)
+  )
+  spread = sum((xi - mean_x) ** 2 for xi in x)
+  return fit.slope, (residual / (len(kept) - 2) / spread) ** 0.5

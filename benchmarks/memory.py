@@ -89,7 +89,14 @@ def main(argv):
     f: job_watch.slope_mb_per_round(last, f)
     for f in ('worker_rss_mb', 'python_rss_mb')
   }
-  total_slope = slopes['worker_rss_mb'] + slopes['python_rss_mb']
+  slopes['together'] = job_watch.slope_mb_per_round(
+    last, 'worker_rss_mb', 'python_rss_mb'
+  )
+
+  def fmt(key):
+    slope, error = slopes[key]
+    return f'{slope:+.3f} MB/round (standard error {error:.3f})'
+
   out = pathlib.Path(_OUTPUT.value)
   out.parent.mkdir(parents=True, exist_ok=True)
   png = out.with_suffix('.png')
@@ -136,9 +143,8 @@ def main(argv):
         f'[{png.name}]({png.name}).\n\n'
         f'**Slope over rounds {_ROUNDS.value - _WINDOW.value + 1}-'
         f'{_ROUNDS.value}** (least squares): worker '
-        f'{slopes["worker_rss_mb"]:+.3f} MB/round, Python '
-        f'{slopes["python_rss_mb"]:+.3f} MB/round, together '
-        f'{total_slope:+.3f} MB/round (target: under '
+        f'{fmt("worker_rss_mb")}, Python {fmt("python_rss_mb")}, '
+        f'together {fmt("together")} (target: under '
         f'{FLAT_MB_PER_ROUND:g}); '
         + (
           'one segment (no restart) in that window.'
@@ -151,8 +157,8 @@ def main(argv):
     )
   print(
     f'slope over the last {len(last)} rounds: worker '
-    f'{slopes["worker_rss_mb"]:+.3f} MB/round, Python '
-    f'{slopes["python_rss_mb"]:+.3f} MB/round'
+    f'{fmt("worker_rss_mb")}, Python {fmt("python_rss_mb")}, together '
+    f'{fmt("together")}'
   )
 
 
