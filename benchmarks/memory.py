@@ -16,7 +16,6 @@ command after an interruption resumes the job from its checkpoint.
 import os
 import pathlib
 import shlex
-import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
@@ -32,6 +31,11 @@ _RUN_DIR = flags.DEFINE_string(
 )
 _OUTPUT = flags.DEFINE_string(
   'output', 'benchmarks/results/memory.md', 'Results markdown file.'
+)
+_REPORT_ONLY = flags.DEFINE_bool(
+  'report_only',
+  False,
+  'Rewrite the results from the finished run in --run_dir; run nothing.',
 )
 _WINDOW = flags.DEFINE_integer(
   'slope_rounds', 100, 'The slope is fitted over this many last rounds.'
@@ -78,9 +82,20 @@ def main(argv):
     raise app.UsageError(f'--rounds must be >= 2. Found {_ROUNDS.value}.')
   if not job_flags:
     raise app.UsageError("Give the job flags after --, e.g. make run's.")
-  start = time.perf_counter()
-  samples = job_watch.run_job(job_flags, _ROUNDS.value, _RUN_DIR.value)
-  wall = time.perf_counter() - start
+  if _REPORT_ONLY.value:
+    samples = job_watch.read_samples(pathlib.Path(_RUN_DIR.value))
+    if not samples or samples[-1].round < _ROUNDS.value:
+      raise app.UsageError(
+        f'--report_only needs a finished run of {_ROUNDS.value} rounds in '
+        f'{_RUN_DIR.value}; it has {len(samples)} samples.'
+      )
+  else:
+    samples = job_watch.run_job(job_flags, _ROUNDS.value, _RUN_DIR.value)
+  # The job's own time: each segment's elapsed time at its last sample.
+  wall = sum(
+    max(s.elapsed_s for s in samples if s.segment == segment)
+    for segment in {s.segment for s in samples}
+  )
   last = [s for s in samples if s.round > _ROUNDS.value - _WINDOW.value]
   segments = sorted({s.segment for s in last})
   # A resumed job starts fresh processes: fit the last segment only.
@@ -136,8 +151,8 @@ def main(argv):
       ],
       notes=(
         f'`{command}` (make bench-memory), run on {results_table.today()}; '
-        f'machine: {results_table.machine()}; wall {wall:.0f} s this '
-        'invocation. RSS is sampled when a round\'s row lands in '
+        f'machine: {results_table.machine()}; the job ran {wall:.0f} s '
+        '(all segments). RSS is sampled when a round\'s row lands in '
         'metrics.csv (the round includes evaluation every --eval_every '
         'rounds and a checkpoint every 10). Curve: '
         f'[{png.name}]({png.name}).\n\n'
