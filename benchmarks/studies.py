@@ -748,6 +748,19 @@ def _rows_001(split):
         'DP-RandAgg (rank-4 ratio), whole update clipped at C = 1',
         dict(method='dp_randagg', randagg_fraction=_RANDAGG_FRACTION[4]),
       ),
+      # The seed's own sampling and schedule (issue #24): exactly S = 100
+      # clients a round without replacement (its Alg. 1), accounted as
+      # such (replace-one), and the local lr decayed by 0.99 a round.
+      _smoke(
+        'dp_fedavg_fixed100_decay',
+        'DP-FedAvg, S = 100 fixed-size cohorts, local lr decay 0.99',
+        dict(
+          method='dp_fedavg',
+          client_sampling_rate=None,
+          clients_per_round=100,
+          client_lr_decay=0.99,
+        ),
+      ),
     ]
   return tuple(rows)
 
@@ -779,6 +792,11 @@ coordinates, as the seed describes its baseline ("perturbed ... and then
 sparsified"). The seed samples exactly
 S agents without replacement (its Alg. 1) but accounts them with Opacus'
 RDP accountant, a Poisson analysis; we sample by Poisson with q = 1/60.
+The `dp_fedavg_fixed100_decay_smoke` row runs the seed's own setting:
+exactly S = 100 clients a round and the local lr decayed by 0.99 a round
+("decays at a rate of 0.99"), its fixed-size cohorts accounted as such
+(sampling without replacement, replace-one neighbours: RDP only, PLD
+NaN), so its epsilon is not comparable with the Poisson rows'.
 """
 _COMMON_001 = dict(
   rounds=30,
