@@ -108,6 +108,9 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
   return _load_jpeg_npz(path)
 
 
+SPLITS = ('dirichlet', 'class_balanced_overlap')
+
+
 def load_cifar10(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   *,
@@ -117,26 +120,44 @@ def load_cifar10(
   model: str = 'cnn_2layers',
   min_examples_per_client: int = 10,
   model_seed: int = 0,
+  split: str = 'dirichlet',
+  per_class: int = 50,
 ) -> task_lib.FederatedTask:
   """CIFAR-10 split over `num_clients` with per-class Dirichlet(alpha).
 
   Args:
     data_dir: Data directory (see `tff_dp.tasks.data_dir`).
-    num_clients: Number of clients, >= 1 (seed 000 does not state its N).
+    num_clients: Number of clients, >= 1 (seed 000 does not state its N;
+      seed 003 has 1,920).
     alpha: Dirichlet concentration, > 0 (seed 000: 0.1, 1, 10, 100).
     partition_seed: Seed of the split.
+    split: 'dirichlet' (the default, above) or 'class_balanced_overlap'
+      (seed 003: every client draws `per_class` examples of each class,
+      overlapping with other clients; `partition.
+      class_balanced_overlapping_partition`; `alpha` unused).
+    per_class: Examples of each class per client for
+      'class_balanced_overlap' (seed 003: 50, or 5 in its "non-IID" case).
     model: 'cnn_2layers', 'resnet18_gn', 'cnn' or 'mlp' (seed 003's MLP).
     min_examples_per_client: Redraw splits that leave a smaller client.
     model_seed: Seed of the initial weights.
   """
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {SPLITS}. Found {split!r}.')
   x_tr, y_tr, x_te, y_te = load_arrays(data_dir)
-  parts = partition.dirichlet_partition(
-    y_tr,
-    num_clients,
-    alpha,
-    partition_seed,
-    min_examples_per_client=min_examples_per_client,
-  )
+  if split == 'dirichlet':
+    parts = partition.dirichlet_partition(
+      y_tr,
+      num_clients,
+      alpha,
+      partition_seed,
+      min_examples_per_client=min_examples_per_client,
+    )
+    split_words = f'Dirichlet(alpha={alpha})'
+  else:
+    parts = partition.class_balanced_overlapping_partition(
+      y_tr, num_clients, per_class, partition_seed
+    )
+    split_words = f'{per_class} per class each, overlapping'
   shape = (32, 32, 3)
   builders = {
     'cnn_2layers': lambda: models.create_cnn_2layers(shape, 10, model_seed),
@@ -162,7 +183,7 @@ def load_cifar10(
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=10,
     description=(
-      f'CIFAR-10, {num_clients} clients, Dirichlet(alpha={alpha})'
+      f'CIFAR-10, {num_clients} clients, {split_words}'
       f' (seed {partition_seed}); model {model}'
     ),
   )

@@ -21,6 +21,7 @@ from tff_dp.tasks import client_data as client_data_lib
 from tff_dp.tasks import data_dir as data_dir_lib
 from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
+from tff_dp.tasks import partition
 from tff_dp.tasks import task as task_lib
 
 _SOURCE = (
@@ -94,6 +95,9 @@ def load_emnist_arrays(
   return (255 - x_tr, y_tr, w_tr, 255 - x_te, y_te, w_te, source)
 
 
+SPLITS = ('writers', 'dominant_classes')
+
+
 def load_emnist(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   *,
@@ -101,8 +105,13 @@ def load_emnist(
   model: str = 'cnn_2layers',
   max_clients: Optional[int] = None,
   model_seed: int = 0,
+  split: str = 'writers',
+  num_clients: Optional[int] = None,
+  partition_seed: int = 0,
+  dominant_count: int = 230,
+  other_count: int = 5,
 ) -> task_lib.FederatedTask:
-  """Federated EMNIST, one client per writer.
+  """Federated EMNIST, one client per writer (or seed 003's label skew).
 
   Args:
     data_dir: Data directory (see `tff_dp.tasks.data_dir`).
@@ -112,6 +121,18 @@ def load_emnist(
       al.) or 'mlp' (seed 003's 2-layer MLP, 200 hidden units).
     max_clients: If set, keep the first this-many writers (sorted ids).
     model_seed: Seed of the initial weights.
+    split: 'writers' (one client per writer) or 'dominant_classes': the
+      writers' examples pooled and dealt to `num_clients` clients with 2
+      dominant classes of `dominant_count` examples each and
+      `other_count` of every other class, no example on two clients (seed
+      003's non-IID EMNIST digits, `partition.dominant_classes_partition`).
+      Seed 003 has 1,920 clients of 500, more than EMNIST's 240,000
+      digits hold; the 29,289 FEMNIST digits here hold 55 (seed 0), so
+      its N needs smaller counts.
+    num_clients: Clients of the 'dominant_classes' split (required there).
+    partition_seed: Seed of the 'dominant_classes' split.
+    dominant_count: Examples of each dominant class per client (230).
+    other_count: Examples of each other class per client (5).
 
   Raises:
     DataNotFoundError: If no source is found.
@@ -124,12 +145,34 @@ def load_emnist(
   x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
     data_dir, only_digits
   )
-  writers, inverse = np.unique(w_tr, return_inverse=True)
-  order = np.argsort(inverse, kind='stable')
-  bounds = np.searchsorted(inverse[order], np.arange(len(writers) + 1))
-  parts = [order[bounds[i] : bounds[i + 1]] for i in range(len(writers))]
-  if max_clients is not None:
-    writers, parts = writers[:max_clients], parts[:max_clients]
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {SPLITS}. Found {split!r}.')
+  if (split == 'dominant_classes') != (num_clients is not None):
+    raise ValueError(
+      "num_clients is for split='dominant_classes' (and required there). "
+      f'Found split={split!r}, num_clients={num_clients!r}.'
+    )
+  if split == 'writers':
+    writers, inverse = np.unique(w_tr, return_inverse=True)
+    order = np.argsort(inverse, kind='stable')
+    bounds = np.searchsorted(inverse[order], np.arange(len(writers) + 1))
+    parts = [order[bounds[i] : bounds[i + 1]] for i in range(len(writers))]
+    if max_clients is not None:
+      writers, parts = writers[:max_clients], parts[:max_clients]
+    clients_words = f'{len(writers)} writers'
+  else:
+    parts = partition.dominant_classes_partition(
+      y_tr,
+      num_clients,
+      partition_seed,
+      dominant_count=dominant_count,
+      other_count=other_count,
+    )
+    writers = [f'client_{i:04d}' for i in range(num_clients)]
+    clients_words = (
+      f'{num_clients} clients with 2 dominant classes of {dominant_count} '
+      f'and {other_count} of each other (seed {partition_seed})'
+    )
   num_classes = 10 if only_digits else 62
   shape = (28, 28, 1)
   builders = {
@@ -163,7 +206,6 @@ def load_emnist(
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=num_classes,
     description=(
-      f'{source}: {len(writers)} writers, {num_classes} classes;'
-      f' model {model}'
+      f'{source}: {clients_words}, {num_classes} classes;' f' model {model}'
     ),
   )

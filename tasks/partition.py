@@ -165,6 +165,145 @@ def dirichlet_partition(
   )
 
 
+def class_balanced_overlapping_partition(
+  labels: np.ndarray, num_clients: int, per_class: int, seed: int
+) -> list[np.ndarray]:
+  """Every client draws `per_class` examples of every class; clients overlap.
+
+  Seed 003's CIFAR-10 split: "each client also has 500 samples (resp. 50
+  samples); these samples can overlap with those on the other clients and
+  the samples on each client are uniformly distributed in 10 classes,
+  i.e., each client has 50 samples (resp. 5 samples) from each class".
+  Each client's draw is uniform without replacement within the client and
+  independent of every other client's, so 1,920 clients of 500 fit in
+  CIFAR-10's 50,000.
+
+  Args:
+    labels: Integer labels, shape `[num_examples]`.
+    num_clients: Number of clients, >= 1 (any number: clients overlap).
+    per_class: Examples of each class per client, in [1, smallest class].
+    seed: Seed of the partition.
+
+  Returns:
+    One sorted index array per client.
+
+  Raises:
+    ValueError: On bad arguments, naming the value and the allowed range.
+  """
+  labels = np.asarray(labels)
+  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    raise ValueError(
+      f'num_clients must be an integer >= 1. Found {num_clients!r}.'
+    )
+  by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+  smallest = min(len(idx) for idx in by_class)
+  if not isinstance(per_class, (int, np.integer)) or not (
+    1 <= per_class <= smallest
+  ):
+    raise ValueError(
+      f'per_class must be an integer in [1, {smallest}] (the smallest '
+      f'class). Found {per_class!r}.'
+    )
+  rng = np.random.default_rng(seed)
+  return [
+    np.sort(
+      np.concatenate(
+        [rng.choice(idx, size=per_class, replace=False) for idx in by_class]
+      )
+    )
+    for _ in range(num_clients)
+  ]
+
+
+def dominant_classes_partition(
+  labels: np.ndarray,
+  num_clients: int,
+  seed: int,
+  *,
+  dominant_classes: int = 2,
+  dominant_count: int = 230,
+  other_count: int = 5,
+) -> list[np.ndarray]:
+  """Label skew by dominant classes, no example on two clients.
+
+  Seed 003's non-IID EMNIST split: "each client has 500 samples without
+  overlapping ... in the Non-IID case, there are 8 classes each has around
+  5 samples and 2 classes each has 230 samples on each client". Each
+  client takes `dominant_count` examples of each of its
+  `dominant_classes` classes and `other_count` of every other class. The
+  dominant classes go round a fresh random order of the classes, a
+  disjoint group per client, so every class is dominant on the same
+  number of clients (up to one).
+
+  Args:
+    labels: Integer labels, shape `[num_examples]`.
+    num_clients: Number of clients, >= 1; the data must hold them all.
+    seed: Seed of the partition.
+    dominant_classes: Dominant classes per client, in [1, classes - 1].
+    dominant_count: Examples of each dominant class per client, >= 1.
+    other_count: Examples of each other class per client, >= 0.
+
+  Returns:
+    One sorted index array per client.
+
+  Raises:
+    ValueError: On bad arguments, or if a class runs out of examples (the
+      message names the most clients that fit).
+  """
+  labels = np.asarray(labels)
+  classes = np.unique(labels)
+  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    raise ValueError(
+      f'num_clients must be an integer >= 1. Found {num_clients!r}.'
+    )
+  if not 1 <= dominant_classes < len(classes):
+    raise ValueError(
+      f'dominant_classes must be in [1, {len(classes) - 1}]. Found '
+      f'{dominant_classes!r}.'
+    )
+  if dominant_count < 1 or other_count < 0:
+    raise ValueError(
+      'dominant_count must be >= 1 and other_count >= 0. Found '
+      f'{dominant_count!r} and {other_count!r}.'
+    )
+  rng = np.random.default_rng(seed)
+  pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+  taken = np.zeros(len(classes), np.int64)
+  order: list[int] = []
+  parts = []
+  for _ in range(num_clients):
+    while len(set(order)) < dominant_classes:
+      order += [int(c) for c in rng.permutation(len(classes))]
+    dominant, rest = [], []
+    for c in order:
+      if len(dominant) < dominant_classes and c not in dominant:
+        dominant.append(c)
+      else:
+        rest.append(c)
+    order = rest
+    counts = np.full(len(classes), other_count)
+    counts[dominant] = dominant_count
+    if np.any(taken + counts > [len(p) for p in pools]):
+      need = (len(classes) - dominant_classes) * other_count + (
+        dominant_classes * dominant_count
+      )
+      fits = len(labels) // need
+      raise ValueError(
+        f'num_clients={num_clients} does not fit: a class ran out after '
+        f'{len(parts)} clients of {need} examples (about {fits} fit in '
+        f'{len(labels)} examples at best). Lower num_clients or the counts.'
+      )
+    parts.append(
+      np.sort(
+        np.concatenate(
+          [pool[t : t + n] for pool, t, n in zip(pools, taken, counts)]
+        )
+      )
+    )
+    taken += counts
+  return parts
+
+
 def label_histogram(
   labels: np.ndarray, parts: Sequence[np.ndarray], num_classes: int
 ) -> np.ndarray:

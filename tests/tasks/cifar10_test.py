@@ -93,3 +93,33 @@ def test_real_dirichlet_task(shared_data_dir):
 def test_rejects_bad_alpha(shared_data_dir):
   with pytest.raises(ValueError, match='alpha must be a finite number > 0'):
     cifar10.load_cifar10(shared_data_dir, alpha=0.0)
+
+
+def _balanced_batches(folder):
+  """Five train batches of 20 and a test batch, labels 0-9 twice each."""
+  folder.mkdir(parents=True)
+  rng = np.random.default_rng(2)
+  for name in [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']:
+    data = rng.integers(0, 256, (20, 3072)).astype(np.uint8)
+    with open(folder / name, 'wb') as f:
+      pickle.dump({b'data': data, b'labels': list(range(10)) * 2}, f)
+
+
+def test_seed003_class_balanced_overlapping_split(isolated):
+  _balanced_batches(isolated / 'data' / 'cifar-10-batches-py')
+  task = cifar10.load_cifar10(
+    isolated / 'data',
+    num_clients=40,  # 40 x 30 examples from 100: clients overlap.
+    split='class_balanced_overlap',
+    per_class=3,
+    model='mlp',
+  )
+  cd = task.train_data
+  assert len(cd.client_ids) == 40
+  for c in cd.client_ids:
+    assert (
+      np.bincount(cd.client_arrays(c)[1], minlength=10).tolist() == [3] * 10
+    )
+  assert '3 per class each, overlapping' in task.description
+  with pytest.raises(ValueError, match=r"split must be one of .* 'bad'"):
+    cifar10.load_cifar10(isolated / 'data', split='bad')

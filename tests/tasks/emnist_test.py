@@ -1,6 +1,7 @@
 import sqlite3
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_dp.tasks import data_dir
@@ -81,3 +82,29 @@ def test_tff_sqlite_source(tmp_path, monkeypatch):
   assert y.tolist() == [l for _, l in want]
   assert task.test_x.shape == (5, 28, 28, 1)
   assert 'TFF federated EMNIST' in task.description
+
+
+def test_seed003_dominant_classes_split_real(shared_data_dir):
+  task = emnist.load_emnist(
+    shared_data_dir,
+    only_digits=True,
+    split='dominant_classes',
+    num_clients=40,
+    model='mlp',
+  )
+  cd = task.train_data
+  assert len(cd.client_ids) == 40
+  for c in cd.client_ids:
+    counts = np.bincount(cd.client_arrays(c)[1], minlength=10)
+    assert sorted(counts.tolist()) == [5] * 8 + [230] * 2
+  assert '40 clients with 2 dominant classes of 230' in task.description
+  # Seed 003's 1,920 clients of 500 do not fit in these digits.
+  with pytest.raises(ValueError, match='num_clients=1920 does not fit'):
+    emnist.load_emnist(
+      shared_data_dir,
+      only_digits=True,
+      split='dominant_classes',
+      num_clients=1920,
+    )
+  with pytest.raises(ValueError, match='num_clients is for split'):
+    emnist.load_emnist(shared_data_dir, only_digits=True, num_clients=5)

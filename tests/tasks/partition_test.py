@@ -113,3 +113,49 @@ def test_labels_per_client_out_of_range(lpc):
     match=r'labels_per_client must be an integer ' r'in \[1, 10\].*Found',
   ):
     partition.labels_per_client_partition(_labels(), 10, lpc, 0)
+
+
+def test_class_balanced_overlapping_clients_have_every_class_and_overlap():
+  labels = np.repeat(np.arange(10), 60)
+  parts = partition.class_balanced_overlapping_partition(
+    labels, num_clients=30, per_class=5, seed=0
+  )
+  assert len(parts) == 30
+  hist = partition.label_histogram(labels, parts, 10)
+  np.testing.assert_array_equal(hist, np.full((30, 10), 5))
+  for p in parts:
+    assert len(np.unique(p)) == len(p) == 50  # No repeat within a client.
+  # 30 clients x 50 from 600 examples: clients share examples.
+  assert len(np.unique(np.concatenate(parts))) < 30 * 50
+  again = partition.class_balanced_overlapping_partition(labels, 30, 5, 0)
+  assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+
+
+@pytest.mark.parametrize('per_class', [0, 61, 2.5])
+def test_class_balanced_overlapping_names_a_bad_per_class(per_class):
+  labels = np.repeat(np.arange(10), 60)
+  with pytest.raises(ValueError, match=r'per_class must be .* \[1, 60\]'):
+    partition.class_balanced_overlapping_partition(labels, 3, per_class, 0)
+
+
+def test_dominant_classes_counts_balance_and_no_overlap():
+  labels = np.repeat(np.arange(10), 500)
+  parts = partition.dominant_classes_partition(
+    labels, 20, seed=1, dominant_count=23, other_count=1
+  )
+  hist = partition.label_histogram(labels, parts, 10)
+  for row in hist:
+    assert sorted(row) == [1] * 8 + [23] * 2
+  # Each class is dominant on 20 * 2 / 10 = 4 clients.
+  np.testing.assert_array_equal((hist == 23).sum(axis=0), np.full(10, 4))
+  everything = np.concatenate(parts)
+  assert len(np.unique(everything)) == len(everything) == 20 * (2 * 23 + 8)
+
+
+def test_dominant_classes_names_how_many_clients_fit():
+  labels = np.repeat(np.arange(10), 100)
+  # The paper's counts need 500 examples a client: 1,000 hold at most 2.
+  with pytest.raises(ValueError, match=r'num_clients=5 does not fit.*about 2'):
+    partition.dominant_classes_partition(labels, 5, seed=0)
+  with pytest.raises(ValueError, match=r'dominant_classes must be in \[1, 9\]'):
+    partition.dominant_classes_partition(labels, 1, 0, dominant_classes=10)
