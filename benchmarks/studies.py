@@ -450,6 +450,11 @@ the same epsilon) and show only the mechanism; full rows run 30.
       'DP-FedAvg + BLUR (lambda 0.8)',
       dict(method='blur', blur_lambda=0.8),
     ),
+    _smoke(
+      'lus_0.7',
+      'DP-FedAvg + LUS (sparsity 0.7)',
+      dict(method='lus', lus_sparsity=0.7),
+    ),
     Row('dp_fedavg', 'DP-FedAvg', dict(method='dp_fedavg')),
     Row('blur_0.4', 'DP-FedAvg + BLUR (lambda 0.4)', dict(method='blur')),
     Row(
@@ -735,6 +740,13 @@ def _rows_001(split):
       ),
       # One step of the median rule from the row above (a C1 probe at the
       # resulting C2 would be the next step: ||U_i|| scales with V's noise).
+      # The same 10 rounds in the layout the 30-round rows ran (U on the
+      # input side, biases in U under C1): the layout comparison, paired.
+      _smoke(
+        'cmp_fed_r4_in_out',
+        'CMP-Fed rank 4, U on the input side, biases in U, C1 0.01, C2 1',
+        dict(cmp_r4, **_CMP_CLIPS, **_CMP_LEGACY),
+      ),
       _smoke(
         'cmp_fed_r4_median',
         'CMP-Fed rank 4, C1 and C2 by the median rule',
