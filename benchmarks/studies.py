@@ -622,6 +622,17 @@ STUDIES['seed002_emnist'] = _sketch_study(
       'DPSFL-AC, relative impact test, bit noise expected clients / 20',
       dict(method='dpsfl_ac', dpsfl_bit_noise=None),
     ),
+    # FetchSGD's sketch momentum 0.9 (the runner's default; the rows above
+    # ran without it), at two sketch lrs: 0.1 gives the steady step
+    # lr / (1 - 0.9) = 1 of the momentum-free rows, 0.03 a third of it.
+    *(
+      _smoke(
+        f'dpsfl_momentum0.9_lr{lr}',
+        f'DPSFL, sketch momentum 0.9, sketch lr {lr}',
+        dict(method='dpsfl', sketch_momentum=0.9, sketch_lr=lr),
+      )
+      for lr in (0.1, 0.03)
+    ),
   ),
 )
 STUDIES['seed002_cifar10'] = _sketch_study(
