@@ -142,9 +142,6 @@ def load_emnist(
     raise ValueError(
       f'max_clients must be None or >= 1. Found {max_clients!r}.'
     )
-  x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
-    data_dir, only_digits
-  )
   if split not in SPLITS:
     raise ValueError(f'split must be one of {SPLITS}. Found {split!r}.')
   if (split == 'dominant_classes') != (num_clients is not None):
@@ -152,6 +149,9 @@ def load_emnist(
       "num_clients is for split='dominant_classes' (and required there). "
       f'Found split={split!r}, num_clients={num_clients!r}.'
     )
+  x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
+    data_dir, only_digits
+  )
   if split == 'writers':
     writers, inverse = np.unique(w_tr, return_inverse=True)
     order = np.argsort(inverse, kind='stable')
@@ -206,6 +206,6 @@ def load_emnist(
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=num_classes,
     description=(
-      f'{source}: {clients_words}, {num_classes} classes;' f' model {model}'
+      f'{source}: {clients_words}, {num_classes} classes; model {model}'
     ),
   )

@@ -5,17 +5,20 @@ client. All randomness comes from `np.random.default_rng(seed)`: the same
 arguments give the same partition on every machine.
 """
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 
-def _check_num_clients(num_clients: int, num_examples: int) -> None:
+def _check_num_clients(
+  num_clients: int, num_examples: Optional[int] = None
+) -> None:
+  """An integer >= 1, and at most `num_examples` unless that is None."""
   if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
     raise ValueError(
       f'num_clients must be an integer >= 1. Found {num_clients!r}.'
     )
-  if num_clients > num_examples:
+  if num_examples is not None and num_clients > num_examples:
     raise ValueError(
       f'num_clients must be at most the number of examples '
       f'({num_examples}). Found {num_clients!r}.'
@@ -191,10 +194,7 @@ def class_balanced_overlapping_partition(
     ValueError: On bad arguments, naming the value and the allowed range.
   """
   labels = np.asarray(labels)
-  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(
-      f'num_clients must be an integer >= 1. Found {num_clients!r}.'
-    )
+  _check_num_clients(num_clients)
   by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
   smallest = min(len(idx) for idx in by_class)
   if not isinstance(per_class, (int, np.integer)) or not (
@@ -252,10 +252,7 @@ def dominant_classes_partition(
   """
   labels = np.asarray(labels)
   classes = np.unique(labels)
-  if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(
-      f'num_clients must be an integer >= 1. Found {num_clients!r}.'
-    )
+  _check_num_clients(num_clients)
   if not 1 <= dominant_classes < len(classes):
     raise ValueError(
       f'dominant_classes must be in [1, {len(classes) - 1}]. Found '
