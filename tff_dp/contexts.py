@@ -80,8 +80,9 @@ WORKER_MALLOC_ENV = {
 # jemalloc for the worker (README, "Memory over long runs"): under glibc's
 # malloc the worker's heap fragments and holds its high-water mark, which
 # climbs with the largest cohort so far (4.6 GB after 10 rounds of `make
-# run`'s job, 5.8 GB after 200); under jemalloc it returns freed pages and
-# sat at 0.65-0.8 GB between rounds of the same job. Preloaded into the
+# run`'s job, 5.8 GB after 200); under jemalloc (with WORKER_JEMALLOC_CONF
+# below) it returns freed pages and stayed flat between 1.0 and 3.5 GB
+# after each of 200 rounds of the same job. Preloaded into the
 # worker only, when found: TFF_DP_WORKER_JEMALLOC names the library ('none'
 # turns it off); otherwise the first of JEMALLOC_PATHS that exists (`make
 # install` unpacks Debian's libjemalloc2 into the venv's lib/ when the
