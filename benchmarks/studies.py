@@ -1242,10 +1242,25 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
   )
 
 
-def summarize_run(
-  run_dir: pathlib.Path, metric: str, q: float
-) -> dict[str, Any]:
+def sampling_fraction(sampling: dict[str, Any]) -> float:
+  """The expected fraction of clients in a round, from a run summary's
+  `sampling` record: the Poisson rate, or clients_per_round / num_clients
+  for fixed-size cohorts (whose rate is None)."""
+  if sampling.get('rate') is not None:
+    return float(sampling['rate'])
+  if sampling.get('clients_per_round') and sampling.get('num_clients'):
+    return sampling['clients_per_round'] / sampling['num_clients']
+  raise ValueError(
+    f'sampling record {sampling!r} has neither a rate nor '
+    'clients_per_round and num_clients'
+  )
+
+
+def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:
   summary = json.loads((run_dir / 'summary.json').read_text())
+  # The fraction of clients a round, as the run sampled them: the per-client
+  # KB columns count a client's expected rounds (round x q).
+  q = sampling_fraction(summary['sampling'])
   rows = read_metrics(run_dir)
   evaluated = [r for r in rows if metric in r]
   best = max(evaluated, key=lambda r: r[metric])
@@ -1363,9 +1378,7 @@ def run_row(study_name: str, study: Study, row: Row, rerun: bool) -> None:
       timeout=_TIMEOUT.value,
     )
     wall = time.time() - start
-  result = summarize_run(
-    run_dir, study.metric, float(values.get('client_sampling_rate', 1.0))
-  )
+  result = summarize_run(run_dir, study.metric)
   if values.get('method') == 'model_clip':
     # Its diagnostics see the reported update (the round's model minus the
     # clipped model), not the model it clips: no clipped fraction to show.

@@ -103,12 +103,32 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
     'epsilon_pld': 0.9,
     'noise_multiplier': 1.0,
     'clip': 0.998,
+    'sampling': {'mode': 'poisson', 'num_clients': 100, 'rate': 0.1},
   }
   (tmp_path / 'summary.json').write_text(json.dumps(summary))
   with open(tmp_path / 'metrics.csv', 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(['round', 'test_accuracy'])
     writer.writerows([[1, 0.5], [2, 0.6]])
-  out = studies.summarize_run(tmp_path, 'test_accuracy', 0.1)
+  out = studies.summarize_run(tmp_path, 'test_accuracy')
   assert out['clip in force'] == 0.998
   assert out['best test metric'] == 0.6
+  # 84 bytes up a round x 2 rounds x q = 0.1.
+  assert out['KB up / client (to best)'] == pytest.approx(84 * 2 * 0.1 / 1000)
+
+
+def test_per_client_kb_use_the_runs_own_sampling():
+  # Fixed-size cohorts record rate None: a client is in a round with
+  # probability clients_per_round / num_clients (a row setting
+  # client_sampling_rate=None used to crash on float(None)).
+  fixed = {
+    'mode': 'fixed',
+    'num_clients': 6000,
+    'rate': None,
+    'clients_per_round': 100,
+  }
+  assert studies.sampling_fraction(fixed) == pytest.approx(1 / 60)
+  poisson = {'mode': 'poisson', 'num_clients': 6000, 'rate': 0.016667}
+  assert studies.sampling_fraction(poisson) == 0.016667
+  with pytest.raises(ValueError, match='neither a rate'):
+    studies.sampling_fraction({'mode': 'fixed', 'rate': None})
