@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks import results_table
 from tff_dp import plot
+from tff_dp import privacy
 
 RUNS = pathlib.Path('runs/studies')
 RESULTS = pathlib.Path('benchmarks/results')
@@ -1244,16 +1245,10 @@ def cmp_signal_shares(run_dir: pathlib.Path) -> tuple[float, float]:
 
 def sampling_fraction(sampling: dict[str, Any]) -> float:
   """The expected fraction of clients in a round, from a run summary's
-  `sampling` record: the Poisson rate, or clients_per_round / num_clients
-  for fixed-size cohorts (whose rate is None)."""
-  if sampling.get('rate') is not None:
-    return float(sampling['rate'])
-  if sampling.get('clients_per_round') and sampling.get('num_clients'):
-    return sampling['clients_per_round'] / sampling['num_clients']
-  raise ValueError(
-    f'sampling record {sampling!r} has neither a rate nor '
-    'clients_per_round and num_clients'
-  )
+  `sampling` record (`privacy.Sampling.to_dict`): the Poisson rate, or
+  clients_per_round / num_clients for fixed-size cohorts."""
+  s = privacy.Sampling(**sampling)
+  return s.expected_clients_per_round / s.num_clients
 
 
 def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:

@@ -129,6 +129,8 @@ def test_per_client_kb_use_the_runs_own_sampling():
   }
   assert studies.sampling_fraction(fixed) == pytest.approx(1 / 60)
   poisson = {'mode': 'poisson', 'num_clients': 6000, 'rate': 0.016667}
-  assert studies.sampling_fraction(poisson) == 0.016667
-  with pytest.raises(ValueError, match='neither a rate'):
-    studies.sampling_fraction({'mode': 'fixed', 'rate': None})
+  assert studies.sampling_fraction(poisson) == pytest.approx(0.016667)
+  with pytest.raises(ValueError, match='clients_per_round must be'):
+    studies.sampling_fraction(
+      {'mode': 'fixed', 'num_clients': 6000, 'rate': None}
+    )
