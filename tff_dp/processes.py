@@ -72,6 +72,43 @@ def release_free_memory() -> bool:
   return True
 
 
+# The signals `collect_garbage` holds: the stop signals `exit_on_signals`
+# handles, and SIGINT (Python's KeyboardInterrupt).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def collect_garbage(signums: Sequence[int] = STOP_SIGNALS) -> int:
+  """`gc.collect()`, with the Python handlers of `signums` held until it ends.
+
+  Python runs a signal's handler in the main thread at the next bytecode,
+  which during a collection is often inside a finalizer (`__del__`); an
+  exception raised there (`SystemExit` from `exit_on_signals`,
+  `KeyboardInterrupt`) is printed and ignored, so the stop was lost and the
+  job ran on (a SIGTERM during the collection after a checkpoint). Here a
+  signal that arrives during the collection is recorded, and its handler
+  runs once the collection is over. Off the main thread (where handlers
+  cannot be set) it is a plain `gc.collect()`. Returns what `gc.collect`
+  returns.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    return gc.collect()
+  received = []
+  held = {}
+  for signum in signums:
+    handler = signal.getsignal(signum)
+    if callable(handler):
+      held[signum] = handler
+      signal.signal(signum, lambda s, frame: received.append((s, frame)))
+  try:
+    return gc.collect()
+  finally:
+    for signum, handler in held.items():
+      signal.signal(signum, handler)
+    if received:
+      signum, frame = received[0]
+      held[signum](signum, frame)
+
+
 # Set at exit: a computation still running then must not restart a worker.
 _SHUTTING_DOWN = threading.Event()
 

@@ -1,11 +1,13 @@
 """A stopped job leaves no TFF worker_binary behind, however it is stopped."""
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -128,6 +130,77 @@ def test_exit_on_signals_keeps_ignored_signals_ignored():
   finally:
     for s, h in saved.items():
       signal.signal(s, h)
+
+
+class _StopSignalInFinalizer:
+  """In a reference cycle; its finalizer signals this process and runs on."""
+
+  def __init__(self, signum):
+    self.signum = signum
+    self.cycle = self
+
+  def __del__(self):
+    os.kill(os.getpid(), self.signum)
+    # Python runs the handler in here, at a bytecode of this loop.
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+      pass
+
+
+@pytest.mark.parametrize(
+  'signum, raised',
+  [(signal.SIGTERM, SystemExit), (signal.SIGINT, KeyboardInterrupt)],
+)
+def test_collect_garbage_keeps_a_stop_signal_that_lands_in_a_finalizer(
+  signum, raised
+):
+  saved = signal.getsignal(signum)
+  try:
+    if signum == signal.SIGINT:
+      signal.signal(signum, signal.default_int_handler)
+    else:
+      signal.signal(signum, signal.SIG_DFL)
+      processes.exit_on_signals((signum,))
+    handler = signal.getsignal(signum)
+    # A plain collection: the handler's exception is raised in the
+    # finalizer, where Python reports it as unraisable and goes on; the
+    # stop is lost.
+    unraised = []
+    saved_hook = sys.unraisablehook
+    sys.unraisablehook = unraised.append
+    try:
+      _StopSignalInFinalizer(signum)
+      gc.collect()
+    finally:
+      sys.unraisablehook = saved_hook
+    assert [u.exc_type for u in unraised] == [raised]
+    signal.signal(signum, handler)
+    _StopSignalInFinalizer(signum)
+    with pytest.raises(raised):
+      processes.collect_garbage()
+    if signum == signal.SIGTERM:
+      # exit_on_signals' handler ran (it resets itself, once).
+      assert signal.getsignal(signum) is signal.SIG_DFL
+    else:
+      assert signal.getsignal(signum) is handler
+  finally:
+    signal.signal(signum, saved)
+
+
+class _InCycle:
+  def __init__(self):
+    self.cycle = self
+
+
+def test_collect_garbage_collects_cycles():
+  gc.disable()
+  try:
+    ref = weakref.ref(_InCycle())
+    assert ref() is not None
+    assert processes.collect_garbage() >= 1
+    assert ref() is None
+  finally:
+    gc.enable()
 
 
 def _rss_mb():
