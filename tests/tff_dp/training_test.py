@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import gc
 import json
 import os
 import pathlib
@@ -635,3 +636,36 @@ def test_fixed_size_summary_names_replace_one(tmp_path):
   inner = section['event_accounted']['events'][0]['event']
   # Noise 0.5 x clip, replace-one sensitivity 2 x clip: multiplier 0.25.
   assert inner['noise_multiplier'] == pytest.approx(0.25)
+
+
+def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
+  # TFF's checkpoint save leaves its SavedModel's objects, and the tensors
+  # they hold, in reference cycles that only a full collection frees (5-12
+  # MB a save of the seed 001 CNN's state in a long job, where full
+  # collections are rare); `save_checkpoint` collects them. Counted with
+  # the collector off, as in a long job between its rare full collections.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  manager = tff.program.FileProgramStateManager(
+    str(tmp_path), prefix='ckpt_', keep_total=2, keep_first=False
+  )
+  rng = np.random.default_rng(0)
+  state = [rng.standard_normal(s).astype(np.float32) for s in [(64, 32)] * 2]
+  gc.disable()
+  try:
+    gc.collect()
+    runner = training._RunnerState(1, {}, None, [])
+    training.asyncio.run(manager.save((state, np.str_(runner.to_json())), 1))
+    left_by_tff_save = gc.collect()
+    runner = training._RunnerState(2, {}, None, [])
+    assert training.save_checkpoint(manager, state, runner) >= 0
+    left_by_ours = gc.collect()
+  finally:
+    gc.enable()
+  # About 900 objects in cycles after each TFF save in TFF 0.87; none after
+  # ours.
+  assert left_by_tff_save > 100
+  assert left_by_ours == 0
+  restored = training.asyncio.run(manager.load(2, (state, np.str_(''))))
+  np.testing.assert_array_equal(restored[0][1], state[1])
+  assert training._RunnerState.from_json(restored[1]).round_num == 2
