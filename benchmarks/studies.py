@@ -226,6 +226,16 @@ paper does not clip them (its Alg. 1), which is the default since.
         'FL-TOP-DP, S from one round on the public batch',
         dict(method='fl_top_dp', clip_from_public_round=True),
       ),
+      _smoke(
+        'fl_basic_dp_public_clip',
+        'FL-BASIC-DP, S the median of 100 public rounds on random K-subsets',
+        dict(method='fl_basic_dp', clip_from_public_round=True),
+      ),
+      _smoke(
+        'fl_std_dp_public_clip',
+        'FL-STD-DP (DP-FedAvg), S from one round on the public batch',
+        dict(method='dp_fedavg', clip_from_public_round=True),
+      ),
     ),
     columns=_COLUMNS_004,
   ),
