@@ -34,7 +34,6 @@ inter-op threads, or 2 calls on 4, gained nothing. These are the defaults.
 
 import collections
 import os
-import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -80,31 +79,15 @@ WORKER_MALLOC_ENV = {
 # jemalloc for the worker (README, "Memory over long runs"): under glibc's
 # malloc the worker's heap fragments and holds its high-water mark, which
 # climbs with the largest cohort so far (4.6 GB after 10 rounds of `make
-# run`'s job, 5.8 GB after 200); under jemalloc (with WORKER_JEMALLOC_CONF
-# below) it returns freed pages and stayed flat between 1.0 and 3.5 GB
-# after each of 200 rounds of the same job. Preloaded into the
-# worker only, when found: TFF_DP_WORKER_JEMALLOC names the library ('none'
-# turns it off); otherwise the first of JEMALLOC_PATHS that exists (`make
-# install` unpacks Debian's libjemalloc2 into the venv's lib/ when the
-# system has none). Without it the worker runs on glibc with the settings
-# above.
+# run`'s job, 5.8 GB after 200); under jemalloc (with
+# `processes.JEMALLOC_CONF`) it returns freed pages and stayed flat between
+# 1.0 and 3.5 GB after each of 200 rounds of the same job. Preloaded when
+# found: TFF_DP_WORKER_JEMALLOC names the library ('none' turns it off);
+# otherwise the first of `processes.JEMALLOC_PATHS` that exists. Without it
+# the worker runs on glibc with the settings above.
 WORKER_JEMALLOC_ENV = 'TFF_DP_WORKER_JEMALLOC'
-# jemalloc's settings for the worker unless the user's MALLOC_CONF is set:
-# no separate arena for allocations over 8 MiB. That arena returns freed
-# pages at once, so the round's large activations were unmapped and
-# refaulted every step: 40 s of worker CPU per 100 clients against glibc's
-# 32-33; without it, freed pages go back after jemalloc's 10 s decay:
-# 34.3 (7 rounds each, 2026-11-24, ad hoc; README, "Memory over long
-# runs").
-JEMALLOC_CONF_ENV = 'MALLOC_CONF'
-WORKER_JEMALLOC_CONF = 'oversize_threshold:0'
-JEMALLOC_LIBRARY = 'libjemalloc.so.2'
-JEMALLOC_PATHS = (
-  os.path.join(sys.prefix, 'lib', JEMALLOC_LIBRARY),
-  os.path.join('/usr/lib/x86_64-linux-gnu', JEMALLOC_LIBRARY),
-  os.path.join('/usr/lib64', JEMALLOC_LIBRARY),
-  os.path.join('/usr/local/lib', JEMALLOC_LIBRARY),
-)
+JEMALLOC_CONF_ENV = processes.JEMALLOC_CONF_ENV
+JEMALLOC_LIBRARY = processes.JEMALLOC_LIBRARY
 
 
 def worker_jemalloc() -> Optional[str]:
@@ -113,17 +96,7 @@ def worker_jemalloc() -> Optional[str]:
   Raises:
     ValueError: If TFF_DP_WORKER_JEMALLOC names a file that does not exist.
   """
-  setting = os.environ.get(WORKER_JEMALLOC_ENV)
-  if setting is not None and setting.strip():
-    if setting.strip().lower() == 'none':
-      return None
-    if not os.path.isfile(setting):
-      raise ValueError(
-        f'{WORKER_JEMALLOC_ENV}={setting!r} is not a file: set it to the '
-        f'path of {JEMALLOC_LIBRARY}, or to "none" for glibc malloc.'
-      )
-    return setting
-  return next((p for p in JEMALLOC_PATHS if os.path.isfile(p)), None)
+  return processes.find_jemalloc(WORKER_JEMALLOC_ENV)
 
 
 def thread_env(intra_op_threads: int, inter_op_threads: int) -> dict[str, str]:
@@ -302,11 +275,17 @@ class LocalWorker:
     for name, value in WORKER_MALLOC_ENV.items():
       env.setdefault(name, value)
     jemalloc = worker_jemalloc()
-    if jemalloc is not None:
-      preload = env.get('LD_PRELOAD', '').split()
+    preload = env.get('LD_PRELOAD', '').split()
+    if jemalloc is None:
+      # Not the library the job preloaded for itself (inherited).
+      job_library = env.get(processes.JEMALLOC_RERUN_ENV)
+      if job_library in preload:
+        preload.remove(job_library)
+        env['LD_PRELOAD'] = ' '.join(preload)
+    else:
       if jemalloc not in preload:
         env['LD_PRELOAD'] = ' '.join([jemalloc] + preload)
-      env.setdefault(JEMALLOC_CONF_ENV, WORKER_JEMALLOC_CONF)
+      env.setdefault(JEMALLOC_CONF_ENV, processes.JEMALLOC_CONF)
     return env
 
   def stop(self) -> None:

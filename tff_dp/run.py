@@ -25,6 +25,17 @@ def _method_from_argv(argv) -> str:
   return ''
 
 
+from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
+
+# TFF_DP_JEMALLOC=auto (or a path) runs this process on jemalloc
+# (`processes.rerun_under_jemalloc`, README "Memory over long runs"):
+# re-executed here, before TensorFlow loads.
+if __name__ == '__main__':
+  try:
+    processes.rerun_under_jemalloc()
+  except ValueError as e:
+    sys.exit(f'tff_dp.run: {e}')
+
 # DDGauss needs protobuf's pure-Python backend (see
 # `tff_dp.aggregators.ddgauss.protobuf_supports_ddgauss`), which must be
 # chosen before TensorFlow imports protobuf: decided from argv, here.
@@ -33,9 +44,9 @@ if _method_from_argv(sys.argv[1:]) == 'ddgauss':
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 
 from tff_dp import methods  # noqa: E402
-from tff_dp import processes  # noqa: E402
 from tff_dp import public_data  # noqa: E402
 from tff_dp.aggregators import cmp_fed  # noqa: E402
 from tff_dp.aggregators import count_sketch  # noqa: E402
@@ -469,6 +480,9 @@ def main(argv):
   # SIGTERM (a scheduler, `timeout`, `kill`) stops the job like Ctrl-C:
   # atexit ends the TFF worker; the last checkpoint is kept.
   processes.exit_on_signals()
+  logging.info(
+    'Memory allocator: %s', processes.loaded_jemalloc() or 'glibc malloc'
+  )
   try:
     config = config_from_flags()
     config.validate()

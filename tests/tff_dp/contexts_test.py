@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import contexts
+from tff_dp import processes
 
 
 def _rss_bytes(pid: int) -> int:
@@ -121,6 +122,10 @@ def test_worker_preloads_jemalloc_when_found_unless_turned_off(monkeypatch):
   assert env['LD_PRELOAD'].split()[0] == path
   assert env[contexts.JEMALLOC_CONF_ENV] == 'oversize_threshold:0'
   monkeypatch.setenv(contexts.WORKER_JEMALLOC_ENV, 'none')
+  # Dropped too when the job preloaded it for itself and the worker would
+  # inherit it (`processes.rerun_under_jemalloc`).
+  monkeypatch.setenv('LD_PRELOAD', path)
+  monkeypatch.setenv(processes.JEMALLOC_RERUN_ENV, path)
   contexts.set_simulation_context(inter_op_threads=2)
   tff.tensorflow.computation(lambda: tf.constant(2))()
   assert 'jemalloc' not in _maps(contexts.local_worker().process.pid)

@@ -230,3 +230,67 @@ def test_release_free_memory_returns_freed_heap_pages():
   before = _rss_mb()
   assert processes.release_free_memory()
   assert _rss_mb() < before - 150
+
+
+def _run_python(code: str, **env) -> subprocess.CompletedProcess:
+  environ = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ('LD_PRELOAD', processes.JOB_JEMALLOC_ENV)
+    and k != processes.JEMALLOC_RERUN_ENV
+  }
+  return subprocess.run(
+    [sys.executable, '-c', code],
+    env={**environ, **env},
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+
+
+_RERUN = (
+  'import os\n'
+  'print("start", os.getpid())\n'
+  'from tff_dp import processes\n'
+  'processes.rerun_under_jemalloc()\n'
+  'print("ran", os.getpid(), processes.loaded_jemalloc(), '
+  'os.environ.get("MALLOC_CONF"))\n'
+)
+
+
+def test_rerun_under_jemalloc_preloads_it_once_in_the_same_process():
+  library = processes.find_jemalloc('TFF_DP_NO_SUCH_SETTING')
+  if library is None:
+    pytest.skip(f'no {processes.JEMALLOC_LIBRARY} here (make install adds one)')
+  done = _run_python(_RERUN, **{processes.JOB_JEMALLOC_ENV: 'auto'})
+  assert done.returncode == 0, done.stderr
+  lines = [line.split() for line in done.stdout.splitlines()]
+  # Started twice (before and after the re-execution), ran once, one pid.
+  assert [line[0] for line in lines] == ['start', 'start', 'ran']
+  assert len({line[1] for line in lines}) == 1
+  assert os.path.realpath(lines[2][2]) == os.path.realpath(library)
+  assert lines[2][3] == processes.JEMALLOC_CONF
+  # A path names the library; the user's MALLOC_CONF is kept.
+  done = _run_python(
+    _RERUN, MALLOC_CONF='narenas:1', **{processes.JOB_JEMALLOC_ENV: library}
+  )
+  lines = [line.split() for line in done.stdout.splitlines()]
+  assert [line[0] for line in lines] == ['start', 'start', 'ran']
+  assert lines[2][3] == 'narenas:1'
+
+
+@pytest.mark.parametrize('setting', [None, 'none', ' None '])
+def test_rerun_under_jemalloc_is_opt_in(setting):
+  env = {} if setting is None else {processes.JOB_JEMALLOC_ENV: setting}
+  done = _run_python(_RERUN, **env)
+  assert done.returncode == 0, done.stderr
+  lines = [line.split() for line in done.stdout.splitlines()]
+  assert [line[0] for line in lines] == ['start', 'ran']
+  assert lines[1][2] == 'None'
+
+
+def test_rerun_under_jemalloc_names_a_missing_library():
+  done = _run_python(_RERUN, **{processes.JOB_JEMALLOC_ENV: '/no/such/lib.so'})
+  assert done.returncode != 0
+  assert "TFF_DP_JEMALLOC='/no/such/lib.so' is not a file" in done.stderr
