@@ -1130,9 +1130,14 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       f'(not client data; {public_set})'
     )
   if config.clip_from_public_round:
+    subset = (
+      ', the median over random K-subsets'
+      if config.method == 'fl_basic_dp'
+      else ''
+    )
     steps.append(
       'the clip (summary "clip") is the update norm of one local round on '
-      "the server's public batch (seed 004's rule; not client data)"
+      f"the server's public batch{subset} (seed 004's rule; not client data)"
     )
   return steps
 
