@@ -81,7 +81,7 @@ JEMALLOC_CONF = 'oversize_threshold:0'
 # grew 3.3 MB a round and RSS 2.5 (standard error 0.6), i.e. fragmentation;
 # under jemalloc the same rounds grew RSS 2.2 (1.4) MB a round, no
 # measurable difference in 30 rounds (2026-11-24, ad hoc). Round time
-# was the same (21.5 against 22.2 s per 100 clients).
+# was the same (21.3 against 22.2 s per 100 clients, rounds 20-49).
 JOB_JEMALLOC_ENV = 'TFF_DP_JEMALLOC'
 # Set in the re-executed job to the library it preloaded, so that it never
 # re-executes again and its workers can drop it (TFF_DP_WORKER_JEMALLOC=none).
@@ -115,9 +115,9 @@ def loaded_jemalloc(pid: Optional[int] = None) -> Optional[str]:
   try:
     with open(f'/proc/{pid or "self"}/maps') as f:
       for line in f:
-        path = line.split()[-1] if len(line.split()) >= 6 else ''
-        if 'libjemalloc' in os.path.basename(path):
-          return path
+        fields = line.split()  # The sixth, where present, is the path.
+        if len(fields) >= 6 and 'libjemalloc' in os.path.basename(fields[5]):
+          return fields[5]
   except OSError:
     pass
   return None

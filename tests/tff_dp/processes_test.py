@@ -236,8 +236,13 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
   environ = {
     k: v
     for k, v in os.environ.items()
-    if k not in ('LD_PRELOAD', processes.JOB_JEMALLOC_ENV)
-    and k != processes.JEMALLOC_RERUN_ENV
+    if k
+    not in (
+      'LD_PRELOAD',
+      processes.JEMALLOC_CONF_ENV,
+      processes.JOB_JEMALLOC_ENV,
+      processes.JEMALLOC_RERUN_ENV,
+    )
   }
   return subprocess.run(
     [sys.executable, '-c', code],
