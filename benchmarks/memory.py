@@ -15,6 +15,7 @@ command after an interruption resumes the job from its checkpoint.
 
 import os
 import pathlib
+import re
 import shlex
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -76,6 +77,16 @@ def plot(samples, path: pathlib.Path, title: str) -> None:
   plt.close(fig)
 
 
+def job_allocators(log: pathlib.Path) -> list[str]:
+  """The distinct 'Memory allocator: ...' lines of the job's log."""
+  found = []
+  if log.exists():
+    for match in re.finditer(r'Memory allocator: (.*)', log.read_text()):
+      if match.group(1).strip() not in found:
+        found.append(match.group(1).strip())
+  return found
+
+
 def main(argv):
   job_flags = argv[1:]
   if _ROUNDS.value < 2:
@@ -112,6 +123,7 @@ def main(argv):
     slope, error = slopes[key]
     return f'{slope:+.3f} MB/round (standard error {error:.3f})'
 
+  allocators = job_allocators(pathlib.Path(_RUN_DIR.value) / 'job.log')
   out = pathlib.Path(_OUTPUT.value)
   out.parent.mkdir(parents=True, exist_ok=True)
   png = out.with_suffix('.png')
@@ -154,7 +166,8 @@ def main(argv):
         f'machine: {results_table.machine()}; the job ran {wall:.0f} s '
         '(all segments). RSS is sampled when a round\'s row lands in '
         'metrics.csv (the round includes evaluation every --eval_every '
-        'rounds and a checkpoint every 10). Curve: '
+        'rounds and a checkpoint every 10). The job\'s allocator, as its '
+        f'log gives it: {"; ".join(allocators) or "not logged"}. Curve: '
         f'[{png.name}]({png.name}).\n\n'
         f'**Slope over rounds {_ROUNDS.value - _WINDOW.value + 1}-'
         f'{_ROUNDS.value}** (least squares): worker '

@@ -55,6 +55,62 @@ if sys.platform.startswith('linux'):
     _MALLOC_TRIM = None
 
 
+# glibc's mallopt, or None (another libc or platform). Its parameters
+# (malloc.h): M_MMAP_THRESHOLD and M_ARENA_MAX.
+_MALLOPT = None
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+if sys.platform.startswith('linux'):
+  try:
+    _MALLOPT = ctypes.CDLL(None).mallopt
+    _MALLOPT.argtypes = [ctypes.c_int, ctypes.c_int]
+    _MALLOPT.restype = ctypes.c_int
+  except (OSError, AttributeError):
+    _MALLOPT = None
+
+# The job's glibc malloc settings (`tune_glibc_malloc`): unset or 'tuned',
+# GLIBC_MALLOC_SETTINGS; 'none', glibc's defaults. glibc's own variables
+# (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_), where set, win.
+GLIBC_MALLOC_ENV = 'TFF_DP_GLIBC_MALLOC'
+# At most 2 arenas (glibc's default is 8 a core: TF's threads each take
+# one and keep their freed pages), and a fixed 128 KiB mmap threshold
+# (glibc's starting value, which it otherwise raises to the size of each
+# large block freed, up to 32 MiB, so that a round's serialized client
+# data then lands in the arenas and fragments them). README, "Memory over
+# long runs", gives what they measured.
+GLIBC_MALLOC_SETTINGS = (
+  ('MALLOC_ARENA_MAX', _M_ARENA_MAX, 2),
+  ('MALLOC_MMAP_THRESHOLD_', _M_MMAP_THRESHOLD, 128 * 1024),
+)
+
+
+def tune_glibc_malloc() -> dict[str, int]:
+  """Applies GLIBC_MALLOC_SETTINGS to this process's glibc malloc.
+
+  Call it first thing in a job's `__main__`, before threads start (an
+  arena limit binds only arenas not yet created). It does nothing under
+  `TFF_DP_GLIBC_MALLOC=none`, off glibc, or when jemalloc is loaded; a
+  setting whose glibc variable is in the environment is left to glibc.
+  Returns the settings applied, by glibc variable name.
+
+  Raises:
+    ValueError: If `TFF_DP_GLIBC_MALLOC` is not unset, 'tuned' or 'none'.
+  """
+  setting = os.environ.get(GLIBC_MALLOC_ENV, '').strip().lower()
+  if setting not in ('', 'tuned', 'none'):
+    raise ValueError(
+      f'{GLIBC_MALLOC_ENV}={os.environ[GLIBC_MALLOC_ENV]!r} is not one of '
+      "'tuned' (the default) or 'none' (glibc's own defaults)."
+    )
+  if setting == 'none' or _MALLOPT is None or loaded_jemalloc() is not None:
+    return {}
+  applied = {}
+  for name, parameter, value in GLIBC_MALLOC_SETTINGS:
+    if name not in os.environ and _MALLOPT(parameter, value) == 1:
+      applied[name] = value
+  return applied
+
+
 # jemalloc (README, "Memory over long runs"): the TFF worker preloads it
 # when found (`contexts.worker_jemalloc`); the job's own Python only when
 # asked (TFF_DP_JEMALLOC, `rerun_under_jemalloc`). `make install` unpacks

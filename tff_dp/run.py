@@ -30,9 +30,14 @@ from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
 # TFF_DP_JEMALLOC=auto (or a path) runs this process on jemalloc
 # (`processes.rerun_under_jemalloc`, README "Memory over long runs"):
 # re-executed here, before TensorFlow loads.
+# Otherwise glibc's malloc gets a fixed arena count and mmap threshold
+# (`processes.tune_glibc_malloc`, TFF_DP_GLIBC_MALLOC=none to skip), set
+# while this process has one thread.
+_GLIBC_MALLOC = {}
 if __name__ == '__main__':
   try:
     processes.rerun_under_jemalloc()
+    _GLIBC_MALLOC = processes.tune_glibc_malloc()
   except ValueError as e:
     sys.exit(f'tff_dp.run: {e}')
 
@@ -481,7 +486,9 @@ def main(argv):
   # atexit ends the TFF worker; the last checkpoint is kept.
   processes.exit_on_signals()
   logging.info(
-    'Memory allocator: %s', processes.loaded_jemalloc() or 'glibc malloc'
+    'Memory allocator: %s%s',
+    processes.loaded_jemalloc() or 'glibc malloc',
+    ''.join(f' {k}={v}' for k, v in _GLIBC_MALLOC.items()),
   )
   try:
     config = config_from_flags()

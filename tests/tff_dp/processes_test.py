@@ -242,7 +242,9 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
       processes.JEMALLOC_CONF_ENV,
       processes.JOB_JEMALLOC_ENV,
       processes.JEMALLOC_RERUN_ENV,
+      processes.GLIBC_MALLOC_ENV,
     )
+    and not k.startswith('MALLOC_')
   }
   return subprocess.run(
     [sys.executable, '-c', code],
@@ -299,3 +301,85 @@ def test_rerun_under_jemalloc_names_a_missing_library():
   done = _run_python(_RERUN, **{processes.JOB_JEMALLOC_ENV: '/no/such/lib.so'})
   assert done.returncode != 0
   assert "TFF_DP_JEMALLOC='/no/such/lib.so' is not a file" in done.stderr
+
+
+# In a fresh interpreter: the settings applied, whether a 1 MiB block
+# allocated after a 4 MiB one was freed is mmapped (glibc's own threshold
+# has risen to 4 MiB by then), and how many arenas 8 threads allocating at
+# once end up with (malloc_info's heaps).
+_GLIBC = r"""
+import ctypes, os, sys, tempfile, threading
+from tff_dp import processes
+applied = processes.tune_glibc_malloc()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+class MallInfo2(ctypes.Structure):
+  _fields_ = [(n, ctypes.c_size_t) for n in (
+      'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',
+      'fsmblks', 'uordblks', 'fordblks', 'keepcost')]
+libc.mallinfo2.restype = MallInfo2
+libc.free(libc.malloc(4 << 20))
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+mmapped = libc.mallinfo2().hblks - before
+libc.free(block)
+barrier = threading.Barrier(8)
+def work():
+  held = libc.malloc(1000)
+  barrier.wait()
+  libc.free(held)
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+  t.start()
+for t in threads:
+  t.join()
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+with tempfile.TemporaryDirectory() as d:
+  path = os.path.join(d, 'info.xml')
+  f = libc.fopen(path.encode(), b'w')
+  libc.malloc_info(0, f)
+  libc.fclose(f)
+  heaps = open(path).read().count('<heap nr=')
+print(sorted(applied.items()), mmapped, heaps)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc')
+@pytest.mark.parametrize(
+  'env, applied, mmapped, max_heaps',
+  [
+    # The default: 2 arenas at most; large blocks stay mmapped.
+    (
+      {},
+      [('MALLOC_ARENA_MAX', 2), ('MALLOC_MMAP_THRESHOLD_', 131072)],
+      1,
+      2,
+    ),
+    ({'TFF_DP_GLIBC_MALLOC': 'tuned'}, None, 1, 2),
+    # glibc's defaults: the threshold rose; up to one arena a thread.
+    ({'TFF_DP_GLIBC_MALLOC': ' None '}, [], 0, 9),
+    # glibc's own variable wins over ours.
+    ({'MALLOC_ARENA_MAX': '4'}, [('MALLOC_MMAP_THRESHOLD_', 131072)], 1, 4),
+  ],
+)
+def test_tune_glibc_malloc(env, applied, mmapped, max_heaps):
+  done = _run_python(_GLIBC, **env)
+  assert done.returncode == 0, done.stderr
+  got_applied, got_mmapped, heaps = done.stdout.rsplit(' ', 2)
+  if applied is not None:
+    assert got_applied == str(applied)
+  assert int(got_mmapped) == mmapped
+  assert int(heaps) <= max_heaps
+  if max_heaps == 9:  # Without the limit, the threads took more than 2.
+    assert int(heaps) > 2
+
+
+def test_tune_glibc_malloc_names_a_bad_setting(monkeypatch):
+  monkeypatch.setenv(processes.GLIBC_MALLOC_ENV, 'small')
+  with pytest.raises(ValueError, match="TFF_DP_GLIBC_MALLOC='small' is not"):
+    processes.tune_glibc_malloc()
