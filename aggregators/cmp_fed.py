@@ -43,6 +43,13 @@ sum: the same release, added once here. Each phase's payload is clipped by
 the guarded clip of `dp_queries` (U = Delta V can overflow float32 even for
 a bounded Delta).
 
+C1 and C2 are the caller's. The seed's rule for them is "the clipping
+parameter is selected according to the median of the l2-norm of the
+subspace/embedding/model to be clipped" (Sec. V); `client_norms` below
+measures those norms, and `benchmarks.studies.cmp_clip_from_run` applies
+the rule to a probe run (tuning outside the privacy ledger unless the probe
+runs on public data).
+
 Each round releases two Gaussians of multiplier z on the same sampled
 cohort; both DP states keep their event and the ledger composes them (and
 merges them exactly: one Gaussian of multiplier z / sqrt(2)).

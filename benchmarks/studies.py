@@ -133,6 +133,10 @@ _PAPER_004_MEDICAL_R = {
   ('fl_top_dp', 5): (0.68, 0.75),
   ('fl_top', 10): (0.74, 0.82),
   ('fl_top_dp', 10): (0.68, 0.74),
+  ('fl_basic', 5): (0.72, 0.80),
+  ('fl_basic_dp', 5): (0.69, 0.76),
+  ('fl_basic', 10): (0.74, 0.81),
+  ('fl_basic_dp', 10): (0.69, 0.76),
 }
 SMOKE_ROUNDS = 10
 
@@ -310,14 +314,31 @@ see the Fashion-MNIST study).
           dict(
             best=_PAPER_004_MEDICAL_R[(method, pct)][0],
             auroc=_PAPER_004_MEDICAL_R[(method, pct)][1],
-            eps='N/A' if method == 'fl_top' else 1,
+            eps='N/A' if method in ('fl_top', 'fl_basic') else 1,
           ),
         )
         for pct in (5, 10)
         for method, label, extra in (
           ('fl_top', 'FL-TOP', {}),
           ('fl_top_dp', 'FL-TOP-DP', dict(clip_from_public_round=True)),
+          ('fl_basic', 'FL-BASIC', {}),
+          ('fl_basic_dp', 'FL-BASIC-DP', dict(clip_from_public_round=True)),
         )
+      ),
+      # The paper's public clip rule for the other two DP rows at r = 0.1%
+      # (the rows above them clip at the non-private run's median, and at
+      # 1 for FL-STD-DP): 100 random K-subsets for FL-BASIC-DP.
+      Row(
+        'fl_basic_dp_public_clip',
+        'FL-BASIC-DP, S the median of 100 public rounds on random K-subsets',
+        dict(method='fl_basic_dp', clip_from_public_round=True),
+        dict(best=0.50, auroc=0.49, kb='11948.91 / 11.94', eps=1),
+      ),
+      Row(
+        'fl_std_dp_public_clip',
+        'FL-STD-DP (DP-FedAvg), S from one round on the public batch',
+        dict(method='dp_fedavg', clip_from_public_round=True),
+        dict(best=0.66, auroc=0.72, kb='7408.32 / 7408.32', eps=0.91),
       ),
     ),
     columns=_COLUMNS_004,
@@ -628,6 +649,12 @@ STUDIES['seed002_emnist'] = _sketch_study(
   0.03,
   0.3,
   extra_rows=(
+    # The relative impact test over 30 rounds: does its clip settle?
+    Row(
+      'dpsfl_ac_relative',
+      'DPSFL-AC, relative impact test, bit noise expected clients / 20',
+      dict(method='dpsfl_ac', dpsfl_bit_noise=None),
+    ),
     _smoke(
       'dpsfl_ac_relative',
       'DPSFL-AC, relative impact test, bit noise expected clients / 20',
@@ -781,6 +808,18 @@ def _rows_001(split):
         'dp_randagg_r4',
         'DP-RandAgg (rank-4 ratio), whole update clipped at C = 1',
         dict(method='dp_randagg', randagg_fraction=_RANDAGG_FRACTION[4]),
+      ),
+      # CMP-Fed rank 4 in the seed's own sampling and schedule (below).
+      _smoke(
+        'cmp_fed_r4_fixed100_decay',
+        'CMP-Fed rank 4, S = 100 fixed-size cohorts, local lr decay 0.99',
+        dict(
+          cmp_r4,
+          **_CMP_CLIPS,
+          client_sampling_rate=None,
+          clients_per_round=100,
+          client_lr_decay=0.99,
+        ),
       ),
       # The seed's own sampling and schedule (issue #24): exactly S = 100
       # clients a round without replacement (its Alg. 1), accounted as

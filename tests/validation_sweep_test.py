@@ -5,6 +5,8 @@ message names the parameter and its allowed range, and the call fails at
 once (before any TFF computation or data is built).
 """
 
+from unittest import mock
+
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -162,3 +164,20 @@ def test_rejects_with_a_clear_message(call, match):
   message = str(info.value)
   # Names the parameter and shows the bad value or the allowed choices.
   assert 'Found' in message or 'choose' in message or 'must' in message
+
+
+@pytest.mark.parametrize(
+  'method, k, warned',
+  [
+    ('dpsfl', 1001, True),  # k / columns just above 0.1.
+    ('fetchsgd', 5000, True),
+    ('dpsfl_ac', 1000, False),  # Exactly 0.1.
+    ('dp_fedavg', 5000, False),  # Not a sketching method.
+  ],
+)
+def test_warns_when_k_is_a_large_fraction_of_the_columns(method, k, warned):
+  with mock.patch.object(training.logging, 'warning') as warning:
+    _config(method=method, sketch_k=k, sketch_columns=10000)
+  messages = [call.args[0] % call.args[1:] for call in warning.call_args_list]
+  expected = f'sketch_k / sketch_columns = {k / 10000:.2f} > 0.1'
+  assert any(m.startswith(expected) for m in messages) == warned, messages

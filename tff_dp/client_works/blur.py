@@ -10,6 +10,13 @@ the DP aggregator: updates are pulled inside the clip ball during training,
 so clipping later removes less signal. ||.|| is the L2 norm over all
 trainable weights together. Its gradient is lambda (w - w_t) outside the
 ball and 0 inside.
+
+BLUR acts only where the clip binds and lambda eta Q is not small: an update
+outside the ball for all Q local steps is scaled by about (1 - (1 - lambda
+eta)^Q) / (Q lambda eta) (the seed's Lemma 2). The seed's own regime is "the
+number of local iterations Q = 30", "the mini-batch size to 64", "the local
+LR eta_l to 0.03", "S = 0.03 ... perform best on EMNIST" and lambda from its
+grid up to 0.8 (Sec. 6); `benchmarks.studies`' `seed000_regime` runs it.
 """
 
 import math

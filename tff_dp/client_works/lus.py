@@ -8,6 +8,8 @@ on its local data at the final local model w, and zeroes the rest (eq.
 s_j = max(1, round((1 - c) d_j)), the same sparsity in every layer. LUS
 composes with BLUR (`build_lus_client_work(..., blur_lam=...)`); DP comes
 from the aggregator (clip and noise after sparsification, Alg. 2 lines 9-10).
+The seed's regime ("lambda = 0.4 and c = 0.7" by default, Q = 30, S = 0.03,
+Sec. 6) is `benchmarks.studies`' `seed000_regime`.
 """
 
 from typing import Callable, Optional
