@@ -1,4 +1,4 @@
-"""Test-wide setup: quiet, small TF thread pools, no leftover worker_binary."""
+"""Test-wide setup: quiet TF logs, the real data, no leftover worker_binary."""
 
 import os
 
