@@ -33,14 +33,14 @@ timings, 2026-11-22). It needs dim <= 1024 x columns (one graph op per
 block and row). 'murmur', the default, reproduces earlier results.
 
 Estimation takes the median over rows with a min/max sorting network and
-the heavy hitters with `tff_dp.selection` (exact: the same values as a sort
-and the same set as `tf.math.top_k`).
+the heavy hitters by radix select (`selection`; exact: the same values as a
+sort and the same set as `tf.math.top_k`).
 """
 
 import numpy as np
 import tensorflow as tf
 
-from tff_dp import selection
+from tff_dp.aggregators import selection
 
 _MAX_DIM = 2**31 - 1
 HASHINGS = ('murmur', 'block')

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import selection
+from tff_dp.aggregators import selection
 from tff_dp.client_works import _local_training
 from tff_dp.client_works import blur
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_dp import selection
+from tff_dp.aggregators import selection
 
 
 def _top_k_set(values, k):
