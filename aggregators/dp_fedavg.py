@@ -103,6 +103,10 @@ def gaussian_adaptive(
   merges to `GaussianDpEvent(noise_multiplier)`. `noise_seed` as in
   `gaussian_fixed` (None: secret).
 
+  The clipped count's noise `clipped_count_stddev` (default 0.05 x
+  `clients_per_round`, TFF's) must exceed `noise_multiplier / 2`: a small
+  cohort at the default raises a ValueError that says what to pass.
+
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
   """
@@ -117,6 +121,28 @@ def gaussian_adaptive(
     )
   if clipped_count_stddev is not None:
     _check('clipped_count_stddev', clipped_count_stddev, positive=False)
+  # TFF's split needs the count's noise above z / 2 (its own error names
+  # neither the cohort nor what to pass).
+  count = (
+    0.05 * clients_per_round
+    if clipped_count_stddev is None
+    else clipped_count_stddev
+  )
+  if noise_multiplier > 0 and noise_multiplier >= 2 * count:
+    where = (
+      f'clipped_count_stddev={clipped_count_stddev!r}'
+      if clipped_count_stddev is not None
+      else f'the default clipped_count_stddev, 0.05 x clients_per_round = '
+      f'{count:g} at clients_per_round={clients_per_round!r}'
+    )
+    raise ValueError(
+      f'gaussian_adaptive: noise_multiplier={noise_multiplier!r} needs '
+      f'clipped_count_stddev > noise_multiplier / 2 = '
+      f'{noise_multiplier / 2:g}, and got {where}. Pass a larger '
+      f"clipped_count_stddev (at {noise_multiplier:g}, the sum's multiplier "
+      f'becomes {noise_multiplier / 0.75**0.5:.3g}), use more than '
+      f'{10 * noise_multiplier:g} clients per round, or use gaussian_fixed.'
+    )
   value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
     noise_multiplier, float(clients_per_round), clipped_count_stddev
   )

@@ -4,6 +4,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_dp import privacy
+from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_fedavg
 
 VALUE = tff.types.TensorType(np.float32, [3])
@@ -121,6 +122,30 @@ def test_fixed_bad_args(kwargs, match):
 def test_adaptive_bad_quantile():
   with pytest.raises(ValueError, match=r'target_unclipped_quantile must be in'):
     dp_fedavg.gaussian_adaptive(1.0, 10, target_unclipped_quantile=1.5)
+
+
+def test_adaptive_small_cohort_says_what_to_pass():
+  # TFF's default count noise, 0.05 x 10 = 0.5, is not above z / 2 = 0.5.
+  with pytest.raises(
+    ValueError,
+    match=(
+      r'noise_multiplier=1.0 needs clipped_count_stddev > noise_multiplier '
+      r'/ 2 = 0.5, and got the default clipped_count_stddev, 0.05 x '
+      r'clients_per_round = 0.5 at clients_per_round=10\. Pass a larger '
+      r'clipped_count_stddev \(at 1, the sum\'s multiplier becomes 1.15\), '
+      r'use more than 10 clients per round, or use gaussian_fixed'
+    ),
+  ):
+    dp_fedavg.gaussian_adaptive(1.0, 10)
+  with pytest.raises(ValueError, match=r'got clipped_count_stddev=0.4\.'):
+    dp_fedavg.gaussian_adaptive(1.0, 100, clipped_count_stddev=0.4)
+  # What the message suggests works, and gives the multiplier it names.
+  dp_fedavg.gaussian_adaptive(1.0, 10, clipped_count_stddev=1.0)
+  dp_fedavg.gaussian_adaptive(1.0, 11)
+  value_z, _ = _tff_private.adaptive_clip_noise_params(1.0, 10, 1.0)
+  assert value_z == pytest.approx(1 / 0.75**0.5)
+  # No noise: no count noise needed.
+  dp_fedavg.gaussian_adaptive(0.0, 1)
 
 
 def test_type_signature():
