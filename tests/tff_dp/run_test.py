@@ -1,8 +1,13 @@
 """The runner's flag parsing."""
 
+import dataclasses
+
+from absl import flags
+from absl.testing import flagsaver
 import pytest
 
 from tff_dp import run
+from tff_dp import training
 
 
 def test_parse_task_options():
@@ -15,3 +20,75 @@ def test_parse_task_options():
 def test_parse_task_options_rejects(bad):
   with pytest.raises(ValueError, match='--task_option must be NAME=VALUE'):
     run.parse_task_options([bad])
+
+
+# Flags whose config field has another name, and flags `main` reads itself.
+_RENAMED = {'task_option': 'task_kwargs', 'root_output_dir': 'output_dir'}
+_NOT_CONFIG = {'clip_from_fedavg_rounds', 'clip_fraction'}
+
+
+def _other_value(flag):
+  """A value of `flag`'s type that is not its default."""
+  default = flag.default
+  if isinstance(flag, flags.BooleanFlag):
+    return not default
+  if isinstance(flag, flags.EnumFlag):
+    return next(v for v in flag.parser.enum_values if v != default)
+  if isinstance(flag.parser, flags.ListParser):
+    return ['one', 'two']
+  if isinstance(flag.parser, flags.IntegerParser):
+    return 7 if default is None else default + 7
+  if isinstance(flag.parser, flags.FloatParser):
+    return 0.375 if default is None else default + 0.375
+  return f'not_{default}'
+
+
+def _run_flags():
+  return flags.FLAGS.get_flags_for_module(run.__name__)
+
+
+def test_every_flag_reaches_the_config():
+  names = {flag.name for flag in _run_flags()}
+  fields = {f.name for f in dataclasses.fields(training.ExperimentConfig)}
+  # Every config field has a flag, and every flag but main's own a field.
+  assert fields == (names - _NOT_CONFIG - set(_RENAMED)) | set(
+    _RENAMED.values()
+  )
+  was_parsed = flags.FLAGS.is_parsed()
+  flags.FLAGS.mark_as_parsed()
+  try:
+    assert _each_flag_moves_its_field_alone() == len(fields)
+  finally:
+    if not was_parsed:
+      flags.FLAGS.unparse_flags()
+
+
+def _each_flag_moves_its_field_alone() -> int:
+  checked = 0
+  for flag in _run_flags():
+    if flag.name in _NOT_CONFIG:
+      continue
+    value = (
+      ['alpha=0.5', 'model=mlp']
+      if flag.name == 'task_option'
+      else _other_value(flag)
+    )
+    with flagsaver.flagsaver(**{flag.name: value}):
+      config = run.config_from_flags()
+    field = _RENAMED.get(flag.name, flag.name)
+    expected = (
+      (('alpha', 0.5), ('model', 'mlp'))
+      if flag.name == 'task_option'
+      else value
+    )
+    assert getattr(config, field) == expected, flag.name
+    # And only that field moved from what the default flags give.
+    base = run.config_from_flags()
+    moved = [
+      f.name
+      for f in dataclasses.fields(config)
+      if getattr(config, f.name) != getattr(base, f.name)
+    ]
+    assert moved == [field], (flag.name, moved)
+    checked += 1
+  return checked
