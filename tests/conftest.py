@@ -15,12 +15,29 @@ def _end_worker_binaries():
   processes.end_worker_binaries()
 
 
-@pytest.fixture
-def shared_data_dir():
-  """The real data directory, or skip when it is not beside the repo."""
+# Files of ../shared/data that the tests read.
+REAL_DATA_FILES = ('fashion_mnist.npz', 'heart_disease_4sites.csv')
+
+
+def skip_or_fail(reason: str) -> None:
+  """Skips the test, or fails it under CI=true (CI has the data)."""
+  if os.environ.get('CI', '').strip().lower() in ('true', '1'):
+    pytest.fail(f'{reason} (CI=true: CI runs with ../shared/data)', False)
+  pytest.skip(reason)
+
+
+@pytest.fixture(scope='session')
+def shared_data_root():
+  """The real data directory; without it skip, or fail under CI=true."""
   from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
 
   path = data_dir.resolve_data_dir()
-  if not (path / 'fashion_mnist.npz').exists():
-    pytest.skip(f'real data not found at {path}')
+  missing = [name for name in REAL_DATA_FILES if not (path / name).exists()]
+  if missing:
+    skip_or_fail(f'real data not found at {path}: {", ".join(missing)}')
   return path
+
+
+@pytest.fixture
+def shared_data_dir(shared_data_root):
+  return shared_data_root

@@ -96,18 +96,8 @@ def test_blur_rejects_bad_args(lam, s, match):
 
 
 @pytest.fixture(scope='module')
-def heart(shared_data_dir_module):
-  return medical.load_heart_disease(shared_data_dir_module)
-
-
-@pytest.fixture(scope='module')
-def shared_data_dir_module():
-  from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
-
-  path = data_dir.resolve_data_dir()
-  if not (path / 'heart_disease_4sites.csv').exists():
-    pytest.skip('real data not found')
-  return path
+def heart(shared_data_root):
+  return medical.load_heart_disease(shared_data_root)
 
 
 def _run(task, client_work):

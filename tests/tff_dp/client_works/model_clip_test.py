@@ -13,13 +13,8 @@ from tff_dp.tasks import task as task_lib
 
 
 @pytest.fixture(scope='module')
-def heart():
-  from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
-
-  path = data_dir.resolve_data_dir()
-  if not (path / 'heart_disease_4sites.csv').exists():
-    pytest.skip('real data not found')
-  return medical.load_heart_disease(path)
+def heart(shared_data_root):
+  return medical.load_heart_disease(shared_data_root)
 
 
 def _flat(x):
