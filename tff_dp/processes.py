@@ -72,12 +72,13 @@ if sys.platform.startswith('linux'):
 # GLIBC_MALLOC_SETTINGS; 'none', glibc's defaults. glibc's own variables
 # (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_), where set, win.
 GLIBC_MALLOC_ENV = 'TFF_DP_GLIBC_MALLOC'
-# At most 2 arenas (glibc's default is 8 a core: TF's threads each take
-# one and keep their freed pages), and a fixed 128 KiB mmap threshold
-# (glibc's starting value, which it otherwise raises to the size of each
-# large block freed, up to 32 MiB, so that a round's serialized client
-# data then lands in the arenas and fragments them). README, "Memory over
-# long runs", gives what they measured.
+# At most 2 arenas (glibc allows 8 a core by default, and each thread then
+# allocates from, and keeps freed pages in, its own), and a fixed 128 KiB
+# mmap threshold (glibc's starting value, which it otherwise raises to the
+# size of each large block freed, up to 32 MiB, so that later blocks of
+# that size come from the arenas instead of their own mappings). The two
+# were measured together, not each alone (README, "Memory over long
+# runs").
 GLIBC_MALLOC_SETTINGS = (
   ('MALLOC_ARENA_MAX', _M_ARENA_MAX, 2),
   ('MALLOC_MMAP_THRESHOLD_', _M_MMAP_THRESHOLD, 128 * 1024),
