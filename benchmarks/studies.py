@@ -809,6 +809,24 @@ def _rows_001(split):
         'DP-RandAgg (rank-4 ratio), whole update clipped at C = 1',
         dict(method='dp_randagg', randagg_fraction=_RANDAGG_FRACTION[4]),
       ),
+      # The seed's median rule applied to what DP-RandAgg clips here (the
+      # whole update): C = the median over rounds of the cohort's median
+      # pre-clip norm in the row above (its 'median pre-clip norm' column
+      # in seed001_iid.json; the probe ran at C = 1 with the same epsilon).
+      _smoke(
+        'dp_randagg_r4_median',
+        'DP-RandAgg (rank-4 ratio), C by the median rule',
+        dict(
+          method='dp_randagg',
+          randagg_fraction=_RANDAGG_FRACTION[4],
+          clip=1.16,
+          clip_source=(
+            'the median rule: the median over rounds of the median '
+            'pre-clip client norm of the private dp_randagg_r4_smoke run '
+            '(1.157)'
+          ),
+        ),
+      ),
       # CMP-Fed rank 4 in the seed's own sampling and schedule (below).
       _smoke(
         'cmp_fed_r4_fixed100_decay',
