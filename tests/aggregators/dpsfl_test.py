@@ -5,6 +5,7 @@ import dataclasses
 import dp_accounting
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import contexts
@@ -303,9 +304,13 @@ def test_runner_methods(tmp_path, method, hashing):
     assert summary['round_event_shares'] is None
 
 
-def test_dpsfl_ac_bit_noise_stddev():
+def test_dpsfl_ac_bit_noise_is_sigma_b_normal_over_expected_clients():
   # Zero updates: every bit is 1 (no clipping impact), so p_hat - 1 is the
-  # bit sum's noise over the expected clients: N(0, (sigma_b / n)^2).
+  # bit sum's noise over the expected clients. The noise is a stateless
+  # draw from the round's seed (the second of three split from the
+  # state's), so its exact value is known: sigma_b x N(0, 1) / n. An exact
+  # check catches a wrong sigma_b, n or seed stream where a sample std over
+  # a few dozen rounds could not.
   sigma_b, n = 3.0, 5
   process = dpsfl.dpsfl_ac(
     3,
@@ -319,13 +324,20 @@ def test_dpsfl_ac_bit_noise_stddev():
     ),
   ).create(TYPE)
   state = process.initialize()
-  draws = []
-  for _ in range(60):
+  draws, expected = [], []
+  for _ in range(8):
+    seeds = tf.random.experimental.stateless_split(
+      state['server']['seed'], num=3
+    )
+    expected.append(
+      float(tf.random.stateless_normal([], seed=seeds[1])) * sigma_b / n
+    )
     out = process.next(state, [_value({})] * n)
     state = out.state
     draws.append(out.measurements['unclipped_probability'] - 1.0)
-  assert np.std(draws) == pytest.approx(sigma_b / n, rel=0.25)
-  assert abs(np.mean(draws)) < 3 * sigma_b / n / np.sqrt(60)
+  # The bits' secure sum is exact for 0/1 (quantisation at 2^-20 scale).
+  np.testing.assert_allclose(draws, expected, rtol=0, atol=1e-5)
+  assert len(set(np.round(draws, 6))) == len(draws)  # A fresh draw a round.
 
 
 def test_bit_noise_defaults_to_expected_clients_over_20():
