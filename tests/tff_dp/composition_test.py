@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
@@ -47,13 +48,50 @@ def test_zero_initialized_builder_has_zero_weights(shared_data_dir):
   ]
 
 
-def test_unweighted_aggregator_means_uniformly(shared_data_dir):
-  task = medical.load_heart_disease(shared_data_dir)
-  weighted = _round(task, model_aggregator=tff.aggregators.MeanFactory())
-  uniform = _round(
-    task, model_aggregator=tff.aggregators.UnweightedMeanFactory()
+def _cohort_and_singles(task, **kwargs):
+  """The round's new weights from every client together and from each
+  client alone (same process, same starting state), and the clients'
+  example counts."""
+  contexts.set_simulation_context()
+  process = composition.build_learning_process(
+    task.model_fn,
+    client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+    **kwargs,
   )
-  assert not np.allclose(weighted[0], uniform[0])
+  preprocess = task_lib.client_preprocess_fn(16, seed=0)
+  data = [
+    preprocess(task.train_data.create_tf_dataset_for_client(c))
+    for c in task.train_data.client_ids
+  ]
+  counts = [sum(len(tf.nest.flatten(b)[0]) for b in d) for d in data]
+  state = process.initialize()
+
+  def weights(cohort):
+    new = process.next(state, cohort).state
+    return [np.asarray(w) for w in process.get_model_weights(new).trainable]
+
+  return weights(data), [weights([d]) for d in data], counts
+
+
+def test_aggregators_mean_as_they_say(shared_data_dir):
+  # With server SGD at lr 1 the round's new model is the start plus the
+  # aggregated update, so it is the aggregator's mean of the models each
+  # client alone would give: the plain mean for the unweighted aggregator,
+  # the example-weighted mean for TFF's MeanFactory.
+  task = medical.load_heart_disease(shared_data_dir)
+  for factory, weighted in (
+    (tff.aggregators.UnweightedMeanFactory(), False),
+    (tff.aggregators.MeanFactory(), True),
+  ):
+    together, singles, counts = _cohort_and_singles(
+      task, model_aggregator=factory
+    )
+    assert len(set(counts)) > 1  # Else both means would agree.
+    w = np.asarray(counts, np.float64) if weighted else np.ones(len(counts))
+    for i, layer in enumerate(together):
+      expected = sum(wj * s[i] for wj, s in zip(w, singles)) / w.sum()
+      np.testing.assert_allclose(layer, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_rejects_non_factory():
