@@ -207,7 +207,7 @@ def test_worker_threads_do_not_change_results(tmp_path):
     np.testing.assert_array_equal(wa[k], wb[k])
 
 
-def test_fixed_size_sampling_and_nonprivate(tmp_path):
+def test_fixed_size_sampling_and_nonprivate(tmp_path, shared_data_dir):
   summary = training.run_experiment(
     _config(
       tmp_path,
@@ -242,7 +242,27 @@ def test_fixed_size_sampling_and_nonprivate(tmp_path):
     )
   )
   assert summary['epsilon_rdp'] is None
-  assert summary['final']['test_auroc'] > 0.5
+  # The reported AUROC is the final model's on the test set: Keras' AUC
+  # (200 thresholds) against the exact rank statistic of the saved
+  # weights' logits.
+  assert summary['final']['test_auroc'] == pytest.approx(
+    _exact_test_auroc(tmp_path / 'fedavg', shared_data_dir), abs=2e-3
+  )
+
+
+def _exact_test_auroc(output_dir, data_dir):
+  from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
+
+  from tff_dp.tasks import medical  # pylint: disable=g-import-not-at-top
+
+  task = medical.load_heart_disease(data_dir)
+  model = task.model_builder()
+  weights = _final_weights(output_dir)
+  model.set_weights(
+    [weights[f'trainable_{i}'] for i in range(len(model.trainable_weights))]
+  )
+  logits = model.predict(task.test_x, verbose=0).reshape(-1)
+  return sk_metrics.roc_auc_score(task.test_y.reshape(-1), logits)
 
 
 def test_target_epsilon_calibration(tmp_path):
@@ -449,6 +469,23 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path):
   ]
 
 
+# `python -m tff_dp.run` whose job blocks once round 3's checkpoint is saved.
+_BLOCK_AFTER_ROUND_3 = """
+import pathlib, time
+from absl import app
+from tff_dp import run, training
+save = training.save_checkpoint
+def save_then_block(manager, state, runner):
+  seconds = save(manager, state, runner)
+  if runner.round_num == 3:
+    pathlib.Path({marker!r}).touch()
+    time.sleep(3600)
+  return seconds
+training.save_checkpoint = save_then_block
+app.run(run.main)
+"""
+
+
 def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
   import signal  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
@@ -473,17 +510,24 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
     args + [f'--root_output_dir={full}'], env=env, check=True, timeout=400
   )
   killed = tmp_path / 'killed'
+  saved = tmp_path / 'round_3_saved'
+  # The same job, made to stop after round 3's checkpoint is written, so
+  # the kill lands there whatever the machine's speed (polling for the
+  # checkpoint could race the run's end, or catch a save half written).
   proc = subprocess.Popen(
-    args + [f'--root_output_dir={killed}'],
+    [sys.executable, '-c', _BLOCK_AFTER_ROUND_3.format(marker=str(saved))]
+    + args[3:]
+    + [f'--root_output_dir={killed}'],
     env=env,
     start_new_session=True,
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
   )
   deadline = time.time() + 300
-  while not (killed / 'checkpoints' / 'round_3').exists():
+  while not saved.exists():
     assert proc.poll() is None and time.time() < deadline
     time.sleep(0.2)
+  assert (killed / 'checkpoints' / 'round_3').is_dir()
   os.killpg(proc.pid, signal.SIGKILL)  # The binary and its worker_binary.
   proc.wait(timeout=60)
   assert not (killed / 'summary.json').exists()
