@@ -93,6 +93,32 @@ def test_adaptive_clip_moves_towards_quantile_and_event_merges():
   assert merged.noise_multiplier == pytest.approx(1.0, rel=1e-5)
 
 
+def test_adaptive_noise_std_is_the_value_multiplier():
+  # Adaptive clipping splits the round's multiplier z between the clipped
+  # count (stddev b) and the value: z_v = (z^-2 - (2 b)^-2)^(-1/2), here
+  # 2 / sqrt(3) = 1.155 (Andrew et al.'s Theorem 1). Zero updates from 3
+  # of an expected 100 clients: the mean is N(0, (z_v clip / 100)^2) per
+  # coordinate at the initial clip (a tiny learning rate keeps it).
+  # 20,000 draws: the sample std's standard error is 0.5%, and 2% is 4 of
+  # them, so z (15% lower) would fail.
+  z, n, b, clip, dim = 1.0, 100, 1.0, 0.5, 20_000
+  factory = dp_fedavg.gaussian_adaptive(
+    z,
+    clients_per_round=n,
+    initial_clip=clip,
+    learning_rate=1e-9,
+    clipped_count_stddev=b,
+    noise_seed=3,
+  )
+  process = factory.create(tff.types.TensorType(np.float32, [dim]))
+  out = process.next(process.initialize(), [np.zeros(dim, np.float32)] * 3)
+  z_value = (z**-2 - (2 * b) ** -2) ** -0.5
+  assert z_value == pytest.approx(2 / 3**0.5)
+  want = z_value * clip / n
+  assert np.std(out.result) == pytest.approx(want, rel=0.02)
+  assert abs(np.mean(out.result)) < 4 * want / np.sqrt(dim)
+
+
 @pytest.mark.parametrize(
   'kwargs, match',
   [

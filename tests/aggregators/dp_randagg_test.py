@@ -110,21 +110,43 @@ def test_coordinates_shared_fresh_each_round_and_seeded():
   assert tuple(_selected(out.result)[0]) == picks[0]
 
 
-def test_noise_only_on_selected_coordinates():
-  z, clip, n = 2.0, 0.5, 1
+@pytest.mark.parametrize('fixed', [False, True])
+def test_noise_only_on_selected_coordinates(fixed):
+  # DP-RandAgg's random K (FL-BASIC-DP) and FL-TOP-DP's fixed indices: zero
+  # updates from 2 of an expected 4 clients, so the mean is the noise over
+  # the expected cohort, N(0, (z clip / 4)^2) on the K coordinates and 0
+  # elsewhere. 5 rounds x 4,000 = 20,000 draws: the sample std's standard
+  # error is 0.5%, and 2% is 4 of them.
+  z, clip, n, dim, k = 2.0, 0.5, 4, 10_000, 4_000
+  indices = np.sort(np.random.default_rng(5).choice(dim, k, replace=False))
   factory = dp_randagg.DPRandAggFactory(
-    z, n, clip, num_coordinates=400, seed=0, noise_seed=0, secure_sum=False
+    z,
+    n,
+    clip,
+    num_coordinates=k,
+    fixed_indices=indices if fixed else None,
+    seed=0,
+    noise_seed=0,
+    secure_sum=False,
   )
-  process = factory.create(tff.TensorType(np.float32, [1000]))
+  process = factory.create(tff.TensorType(np.float32, [dim]))
   state = process.initialize()
-  draws = []
+  draws, supports = [], []
   for _ in range(5):
-    out = process.next(state, [np.zeros(1000, np.float32)])
+    out = process.next(state, [np.zeros(dim, np.float32)] * 2)
     state = out.state
-    assert np.count_nonzero(out.result) == 400
-    draws.append(out.result[out.result != 0])
-  noise = np.concatenate(draws)  # 2,000 draws of N(0, (z clip / n)^2).
-  assert noise.std() == pytest.approx(z * clip / n, rel=0.07)
+    support = np.flatnonzero(out.result)
+    assert len(support) == k
+    supports.append(support)
+    draws.append(out.result[support])
+  if fixed:
+    for support in supports:
+      np.testing.assert_array_equal(support, indices)
+  else:  # A fresh K each round.
+    assert len({tuple(s) for s in supports}) == 5
+  noise = np.concatenate(draws)
+  assert noise.std() == pytest.approx(z * clip / n, rel=0.02)
+  assert abs(noise.mean()) < 4 * (z * clip / n) / np.sqrt(noise.size)
   event = training.find_dp_events(state)[0]
   assert event == dp_accounting.GaussianDpEvent(pytest.approx(z))
 
