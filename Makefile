@@ -9,7 +9,7 @@ JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install run test test-pytest lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install run test test-pytest test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP) $(JEMALLOC_STAMP)
 
@@ -73,6 +73,11 @@ test: $(STAMP) $(JEMALLOC_STAMP) lint
 # The same suite straight through pytest (no Bazel).
 test-pytest: $(STAMP) $(JEMALLOC_STAMP) lint
 	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q tests
+
+# The long end-to-end tests that `make test` deselects (marked
+# @pytest.mark.slow; `make test` runs a fast smoke of each).
+test-slow: $(STAMP) $(JEMALLOC_STAMP)
+	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -m slow tests
 
 bazel-install:
 	bash bazel/install.sh

@@ -248,6 +248,10 @@ def test_preflight_names_the_protobuf_setting():
 
 
 # pytest-timeout's 600 s default would cut the subprocess's own guard.
+# Slow (pure-Python protobuf, 4-10 min): `make test-slow`. Its fast smoke in
+# `make test`: test_noise_std_and_planned_event_match_what_ran (the
+# aggregator in process, the event it records against the planned one).
+@pytest.mark.slow
 @pytest.mark.timeout(1300)
 @pytest.mark.usefixtures('shared_data_dir')
 def test_ddgauss_run_end_to_end_with_honest_ledger(tmp_path):

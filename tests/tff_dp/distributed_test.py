@@ -32,7 +32,11 @@ def _weights(path):
     return {k: d[k] for k in d.files}
 
 
-@pytest.mark.parametrize('method', ['dp_fedavg', 'cmp_fed'])
+@pytest.mark.parametrize(
+  'method',
+  # CMP-Fed's two phases over workers: `make test-slow`.
+  ['dp_fedavg', pytest.param('cmp_fed', marks=pytest.mark.slow)],
+)
 def test_two_local_workers_equal_the_single_process_run(tmp_path, method):
   # dp_fedavg is split over both workers (mergeable form); CMP-Fed's two
   # dependent phases are not mergeable and run whole on the first worker.
@@ -50,6 +54,8 @@ def test_two_local_workers_equal_the_single_process_run(tmp_path, method):
   assert not distributed._STARTED  # pylint: disable=protected-access
 
 
+# `make test-slow`; the workers' fast smoke is the dp_fedavg case above.
+@pytest.mark.slow
 def test_a_dead_worker_stops_the_run_and_a_rerun_resumes(tmp_path):
   workers = distributed.start_local_workers(2)
   targets = ','.join(t for _, t in workers)

@@ -94,6 +94,9 @@ def test_two_phase_process_is_left_unchanged():
   assert reason
 
 
+# `make test-slow`; the fused process's fast smoke is
+# test_fused_process_is_bit_identical.
+@pytest.mark.slow
 def test_runner_with_fused_client_work_equals_unfused(tmp_path):
   summaries, weights = [], []
   for fuse in (False, True):

@@ -29,8 +29,13 @@ def _alive(pid: int) -> bool:
   'signum, exit_code',
   [
     (signal.SIGTERM, 128 + signal.SIGTERM),  # A scheduler, timeout, kill.
-    (signal.SIGINT, None),  # Ctrl-C: KeyboardInterrupt.
-    (signal.SIGKILL, -signal.SIGKILL),  # No Python runs at all.
+    # `make test-slow` (SIGTERM above is their fast smoke):
+    pytest.param(
+      signal.SIGINT, None, marks=pytest.mark.slow
+    ),  # Ctrl-C: KeyboardInterrupt.
+    pytest.param(
+      signal.SIGKILL, -signal.SIGKILL, marks=pytest.mark.slow
+    ),  # No Python runs at all.
   ],
 )
 def test_a_signalled_job_leaves_no_worker(tmp_path, signum, exit_code):

@@ -170,7 +170,42 @@ def test_ddgauss_integer_vector_within_ledger_sensitivity(flat):
   assert float(meas['scaled_inflated_l2']) / scale <= CLIP * 1.01
 
 
+@pytest.mark.parametrize(
+  'flat',
+  [
+    np.eye(D, dtype=np.float32)[3] * 1e6,
+    np.linspace(-500, 500, D).astype(np.float32),
+    np.random.default_rng(0).normal(size=D).astype(np.float32),
+  ],
+)
+def test_ddgauss_sensitivity_smoke_in_process(flat):
+  # The fast smoke of the property test below (which needs a child with
+  # pure-Python protobuf for the guarded pipeline): DDGauss without the
+  # finite guard, which upb can hold, on three updates far outside the
+  # clip. (Unguarded, an update whose squared norm overflows float32, such
+  # as one coordinate of 1e20, stops at TFF's own norm assertion; the guard
+  # the runner adds is what the property test covers there.)
+  contexts.set_simulation_context()
+  process = ddgauss.ddgauss_mean(0.0, 2, CLIP, bits=20, min_clients=2).create(
+    TYPE
+  )
+  out = process.next(
+    process.initialize(), [_split(flat), _split(np.zeros(D, np.float32))]
+  )
+  meas = out.measurements
+  scale = float(meas['scale_factor'])
+  assert meas['released'] == 1
+  assert np.all(np.isfinite(np.concatenate([np.ravel(r) for r in out.result])))
+  assert _norm(out.result) * 2 * scale <= float(meas['scaled_inflated_l2']) * (
+    1 + 1e-4
+  )
+  assert float(meas['scaled_inflated_l2']) / scale <= CLIP * 1.01
+
+
 # pytest-timeout's 600 s default would cut the subprocess's own guard.
+# Slow (pure-Python protobuf: 3 minutes whatever the number of examples):
+# `make test-slow`; its fast smoke is the test above.
+@pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_ddgauss_sensitivity_in_subprocess():
   """Runs the DDGauss property test under protobuf's pure-Python backend.

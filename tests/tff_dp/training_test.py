@@ -486,6 +486,9 @@ app.run(run.main)
 """
 
 
+# Slow (two jobs through the binary): `make test-slow`. Its fast smoke:
+# test_kill_and_resume_equals_uninterrupted (the same resume, in process).
+@pytest.mark.slow
 def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
   import signal  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
