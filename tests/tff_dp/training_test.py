@@ -80,10 +80,18 @@ def test_method_params_from_a_saved_config_equal_the_runs():
   )
 
 
-def test_dp_fedavg_end_to_end_and_ledger(tmp_path):
-  config = _config(tmp_path, 'run')
-  summary = training.run_experiment(config)
-  rows = _rows(tmp_path / 'run' / 'metrics.csv')
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+  """`(output dir, summary)` of one uninterrupted `_config` run (4 rounds),
+  shared by the tests that compare an interrupted run with it."""
+  base = tmp_path_factory.mktemp('reference')
+  summary = training.run_experiment(_config(base, 'run'))
+  return base / 'run', summary
+
+
+def test_dp_fedavg_end_to_end_and_ledger(reference):
+  run_dir, summary = reference
+  rows = _rows(run_dir / 'metrics.csv')
   assert [int(r['round']) for r in rows] == [1, 2, 3, 4]
   for key in (
     'train_loss',
@@ -110,10 +118,10 @@ def test_dp_fedavg_end_to_end_and_ledger(tmp_path):
   assert int(rows[0]['bytes_up_per_client']) == 4 * 1281
   total = sum(int(r['sampled_clients']) for r in rows) * 4 * 1281
   assert int(rows[-1]['bytes_up_total']) == total
-  saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  saved = json.loads((run_dir / 'summary.json').read_text())
   assert saved['config']['noise_multiplier'] == 0.5
   assert saved['config']['client_sampling_rate'] == 0.75
-  assert (tmp_path / 'run' / 'tensorboard').is_dir()
+  assert (run_dir / 'tensorboard').is_dir()
 
 
 class _Interrupt(Exception):
@@ -148,9 +156,8 @@ def test_client_lr_decay_per_round_and_exact_on_resume(tmp_path):
   assert 'client_lr' not in _rows(tmp_path / 'constant' / 'metrics.csv')[0]
 
 
-def test_kill_and_resume_equals_uninterrupted(tmp_path):
-  full = _config(tmp_path, 'full')
-  training.run_experiment(full)
+def test_kill_and_resume_equals_uninterrupted(tmp_path, reference):
+  full_dir, _ = reference
 
   def crash_after_two(round_num):
     if round_num == 2:
@@ -162,7 +169,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
   assert len(_rows(tmp_path / 'resumed' / 'metrics.csv')) == 2
   summary = training.run_experiment(resumed)  # The same command again.
   assert summary['rounds_completed'] == 4
-  a = _rows(tmp_path / 'full' / 'metrics.csv')
+  a = _rows(full_dir / 'metrics.csv')
   b = _rows(tmp_path / 'resumed' / 'metrics.csv')
   for ra, rb in zip(a, b):
     for key in (
@@ -174,7 +181,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
       'bytes_up_total',
     ):
       assert ra[key] == rb[key], (ra['round'], key)
-  wa = _final_weights(tmp_path / 'full')
+  wa = _final_weights(full_dir)
   wb = _final_weights(tmp_path / 'resumed')
   assert sorted(wa) == sorted(wb) and len(wa) == 4
   for k in wa:
@@ -448,18 +455,26 @@ def test_binary_end_to_end_and_bad_flag(tmp_path):
   assert 'client_sampling_rate must be in (0, 1]. Found 2.0' in bad.stderr
 
 
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path):
-  config = _config(tmp_path, 'run', rounds=3)
-  training.run_experiment(config)
-  before = _final_weights(tmp_path / 'run')
-  rows_before = _rows(tmp_path / 'run' / 'metrics.csv')
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
+  tmp_path, reference
+):
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  # A copy of the finished reference run (its config naming the copy).
+  run_dir, _ = reference
+  shutil.copytree(run_dir, tmp_path / 'run')
+  config = _config(tmp_path, 'run')
+  (tmp_path / 'run' / 'config.json').write_text(json.dumps(config.to_dict()))
+  (tmp_path / 'run' / 'summary.json').unlink()
+  before = _final_weights(run_dir)
+  rows_before = _rows(run_dir / 'metrics.csv')
   ckpt = tmp_path / 'run' / 'checkpoints'
-  assert sorted(p.name for p in ckpt.iterdir()) == ['round_2', 'round_3']
-  pb = ckpt / 'round_3' / 'saved_model.pb'
+  assert sorted(p.name for p in ckpt.iterdir()) == ['round_3', 'round_4']
+  pb = ckpt / 'round_4' / 'saved_model.pb'
   pb.write_bytes(pb.read_bytes()[:100])  # Truncated: a crash mid-write.
-  summary = training.run_experiment(config)  # Resumes from round 2.
-  assert summary['rounds_completed'] == 3
-  assert (ckpt / 'corrupt_round_3').is_dir()
+  summary = training.run_experiment(config)  # Resumes from round 3.
+  assert summary['rounds_completed'] == 4
+  assert (ckpt / 'corrupt_round_4').is_dir()
   after = _final_weights(tmp_path / 'run')
   for k in before:
     np.testing.assert_array_equal(before[k], after[k])
