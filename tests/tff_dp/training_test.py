@@ -128,20 +128,20 @@ class _Interrupt(Exception):
   pass
 
 
-def test_client_lr_decay_per_round_and_exact_on_resume(tmp_path):
+def test_client_lr_decay_per_round_and_exact_on_resume(tmp_path, reference):
   # Seed 001's 0.99 decay, here 0.5: round t trains at 0.1 x 0.5^(t-1);
   # the rate is a function of the round, so a resumed run is identical.
-  full = _config(tmp_path, 'full', rounds=3, client_lr_decay=0.5)
+  full = _config(tmp_path, 'full', client_lr_decay=0.5)
   training.run_experiment(full)
   rows = _rows(tmp_path / 'full' / 'metrics.csv')
   lrs = [float(r['client_lr']) for r in rows]
-  assert lrs == pytest.approx([0.1, 0.05, 0.025])
+  assert lrs == pytest.approx([0.1, 0.05, 0.025, 0.0125])
 
   def crash_after_one(round_num):
     if round_num == 1:
       raise _Interrupt()
 
-  resumed = _config(tmp_path, 'resumed', rounds=3, client_lr_decay=0.5)
+  resumed = _config(tmp_path, 'resumed', client_lr_decay=0.5)
   with pytest.raises(_Interrupt):
     training.run_experiment(resumed, round_callback=crash_after_one)
   training.run_experiment(resumed)
@@ -149,11 +149,11 @@ def test_client_lr_decay_per_round_and_exact_on_resume(tmp_path):
   b = _final_weights(tmp_path / 'resumed')
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
-  constant = _config(tmp_path, 'constant', rounds=3)
-  training.run_experiment(constant)
-  c = _final_weights(tmp_path / 'constant')
+  # The reference run is the same command without the decay.
+  constant_dir, _ = reference
+  c = _final_weights(constant_dir)
   assert any(not np.array_equal(a[k], c[k]) for k in a)
-  assert 'client_lr' not in _rows(tmp_path / 'constant' / 'metrics.csv')[0]
+  assert 'client_lr' not in _rows(constant_dir / 'metrics.csv')[0]
 
 
 def test_kill_and_resume_equals_uninterrupted(tmp_path, reference):
