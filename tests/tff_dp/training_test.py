@@ -195,13 +195,14 @@ def test_worker_threads_do_not_change_results(tmp_path):
   serial = _config(
     tmp_path,
     'serial',
+    rounds=2,
     client_sampling_rate=1.0,
     max_concurrent_computation_calls=1,
     intra_op_threads=0,
     inter_op_threads=0,
   )
   training.run_experiment(serial)
-  default = _config(tmp_path, 'default', client_sampling_rate=1.0)
+  default = _config(tmp_path, 'default', rounds=2, client_sampling_rate=1.0)
   assert default.max_concurrent_computation_calls == 3
   assert (default.intra_op_threads, default.inter_op_threads) == (1, 4)
   training.run_experiment(default)
@@ -660,7 +661,7 @@ def test_resume_with_secret_noise_continues_the_checkpointed_stream(tmp_path):
     if round_num == 1:
       raise _Interrupt()
 
-  config = _config(tmp_path, 'a', rounds=3, noise_seed=None)
+  config = _config(tmp_path, 'a', rounds=2, noise_seed=None)
   with pytest.raises(_Interrupt):
     training.run_experiment(config, round_callback=crash_after_one)
   import shutil  # pylint: disable=g-import-not-at-top

@@ -99,7 +99,11 @@ def test_untrained_weights_stay_w0_bit_for_bit(shared_data_dir):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize('method', ['fl_top', 'fl_top_dp'])
+@pytest.mark.parametrize(
+  'method',
+  # The same masked path without noise: `make test-slow`.
+  [pytest.param('fl_top', marks=pytest.mark.slow), 'fl_top_dp'],
+)
 def test_runner_fl_top_keeps_w0_outside_k(shared_data_dir, tmp_path, method):
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
   from tff_dp import training  # pylint: disable=g-import-not-at-top
