@@ -63,7 +63,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format setup.py tff_dp aggregators tasks tests benchmarks bazel
 
 # Lint, then the test suite under a hard time limit: `bazel test //...`
-# (Bazel 2.1.0 installed offline-capable from npm into bazel/.bin; one
+# (Bazel 4.2.3 from Debian's apt, else 2.1.0 from npm, at bazel/.bin; one
 # py_test per test file, run by pytest), or pytest directly where npm is
 # missing. worker_binary children are ended by tff_dp's atexit hook and by
 # `timeout -k`. The last line reads "N passed, N failed, N skipped".
