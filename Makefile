@@ -64,8 +64,8 @@ format: $(STAMP)
 
 # Lint, then the test suite under a hard time limit: `bazel test //...`
 # (Bazel 4.2.3 from Debian's apt, else 2.1.0 from npm, at bazel/.bin; one
-# py_test per test file, run by pytest), or pytest directly where npm is
-# missing. worker_binary children are ended by tff_dp's atexit hook and by
+# py_test per test file, run by pytest), or pytest directly where neither
+# Bazel can be installed. worker_binary children are ended by tff_dp's atexit hook and by
 # `timeout -k`. The last line reads "N passed, N failed, N skipped".
 test: $(STAMP) $(JEMALLOC_STAMP) lint
 	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh

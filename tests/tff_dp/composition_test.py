@@ -11,7 +11,9 @@ from tff_dp.tasks import task as task_lib
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
 
-def _round(task, **kwargs):
+def _process_and_data(task, **kwargs):
+  """A learning process (client SGD 0.1, server SGD 1) and every client's
+  batched data."""
   contexts.set_simulation_context()
   process = composition.build_learning_process(
     task.model_fn,
@@ -24,8 +26,12 @@ def _round(task, **kwargs):
     preprocess(task.train_data.create_tf_dataset_for_client(c))
     for c in task.train_data.client_ids
   ]
-  state = process.initialize()
-  state = process.next(state, data).state
+  return process, data
+
+
+def _round(task, **kwargs):
+  process, data = _process_and_data(task, **kwargs)
+  state = process.next(process.initialize(), data).state
   return process.get_model_weights(state).trainable
 
 
@@ -52,18 +58,7 @@ def _cohort_and_singles(task, **kwargs):
   """The round's new weights from every client together and from each
   client alone (same process, same starting state), and the clients'
   example counts."""
-  contexts.set_simulation_context()
-  process = composition.build_learning_process(
-    task.model_fn,
-    client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
-    server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-    **kwargs,
-  )
-  preprocess = task_lib.client_preprocess_fn(16, seed=0)
-  data = [
-    preprocess(task.train_data.create_tf_dataset_for_client(c))
-    for c in task.train_data.client_ids
-  ]
+  process, data = _process_and_data(task, **kwargs)
   counts = [sum(len(tf.nest.flatten(b)[0]) for b in d) for d in data]
   state = process.initialize()
 

@@ -156,7 +156,13 @@ def test_ddgauss_integer_vector_within_ledger_sensitivity(flat):
   # rounding enforces on the client's integer vector. With zero noise and
   # one client the result is that vector unscaled and unrotated (the
   # padding coordinate dropped can only lower its norm).
-  out = _run('ddgauss', flat)
+  _check_ddgauss_release(_run('ddgauss', flat))
+
+
+def _check_ddgauss_release(out):
+  """One released round of the adversarial client and a zero client: the
+  integer vector is within the ledger's Delta_2, which is the clip up to
+  rounding slack."""
   meas = out.measurements
   flat_out = np.concatenate([np.ravel(r) for r in out.result])
   assert np.all(np.isfinite(flat_out)), flat_out
@@ -189,17 +195,11 @@ def test_ddgauss_sensitivity_smoke_in_process(flat):
   process = ddgauss.ddgauss_mean(0.0, 2, CLIP, bits=20, min_clients=2).create(
     TYPE
   )
-  out = process.next(
-    process.initialize(), [_split(flat), _split(np.zeros(D, np.float32))]
+  _check_ddgauss_release(
+    process.next(
+      process.initialize(), [_split(flat), _split(np.zeros(D, np.float32))]
+    )
   )
-  meas = out.measurements
-  scale = float(meas['scale_factor'])
-  assert meas['released'] == 1
-  assert np.all(np.isfinite(np.concatenate([np.ravel(r) for r in out.result])))
-  assert _norm(out.result) * 2 * scale <= float(meas['scaled_inflated_l2']) * (
-    1 + 1e-4
-  )
-  assert float(meas['scaled_inflated_l2']) / scale <= CLIP * 1.01
 
 
 # pytest-timeout's 600 s default would cut the subprocess's own guard.
