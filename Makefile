@@ -9,7 +9,7 @@ JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install run test test-pytest test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install build-files run test test-pytest test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP) $(JEMALLOC_STAMP)
 
@@ -81,6 +81,11 @@ test-slow: $(STAMP) $(JEMALLOC_STAMP)
 
 bazel-install:
 	bash bazel/install.sh
+
+# The BUILD files from the Python imports (tests/bazel_build_test.py fails
+# when they are stale).
+build-files: $(STAMP)
+	$(PY) bazel/gen_build.py
 
 # Benchmarks write markdown tables (and their JSON rows) to
 # benchmarks/results/. METHOD selects our method for the round-speed run.

@@ -1,13 +1,13 @@
 """Sums the JUnit XML of every Bazel test into one line.
 
-Usage: python bazel/summary.py bazel-testlogs [tests]
+Usage: python bazel/summary.py bazel-testlogs [tests [examples]]
 
-Reads the XML of the test files that exist now (`tests/**/*_test.py`, one
-Bazel target each): a file with no XML counts as failed (it did not run),
-and XML left in bazel-testlogs by a target since deleted or moved is
-ignored and named. Prints each test file's counts and then "N passed, N
-failed, N skipped" (failures and errors count as failed). Exits 1 when no
-test ran or any failed.
+Reads the XML of the test files that exist now (`tests/**/*_test.py` and
+the user example `bazel/example/*.py`, one Bazel target each): a file with
+no XML counts as failed (it did not run), and XML left in bazel-testlogs
+by a target since deleted or moved is ignored and named. Prints each test
+file's counts and then "N passed, N failed, N skipped" (failures and
+errors count as failed). Exits 1 when no test ran or any failed.
 """
 
 import pathlib
@@ -15,11 +15,16 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def main(root: str, tests: str = 'tests') -> int:
+def main(
+  root: str, tests: str = 'tests', examples: str = 'bazel/example'
+) -> int:
   logs = pathlib.Path(root)
   targets = {
     path.with_suffix('').as_posix()
     for path in pathlib.Path(tests).rglob('*_test.py')
+  } | {
+    path.with_suffix('').as_posix()
+    for path in pathlib.Path(examples).glob('*.py')
   }
   passed = failed = skipped = 0
   for target in sorted(targets):
@@ -47,4 +52,4 @@ def main(root: str, tests: str = 'tests') -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main(*sys.argv[1:3]))
+  sys.exit(main(*sys.argv[1:4]))

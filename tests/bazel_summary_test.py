@@ -3,7 +3,7 @@
 import importlib.util
 import pathlib
 
-_SUMMARY = pathlib.Path(__file__).resolve().parents[1] / 'bazel' / 'summary.py'
+_SUMMARY = pathlib.Path(__file__).absolute().parents[1] / 'bazel' / 'summary.py'
 
 
 def _summary():
@@ -41,6 +41,19 @@ def test_counts_the_current_test_files(tmp_path, capsys, monkeypatch):
   assert out.splitlines()[-1] == '7 passed, 0 failed, 1 skipped'
   assert 'tests/old/c_test: stale test.xml' in out
   del logs, tests
+
+
+def test_counts_the_user_example(tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  _tree(tmp_path, ['a_test'])
+  (tmp_path / 'example').mkdir()
+  (tmp_path / 'example' / 'use_it.py').write_text('')
+  _xml(tmp_path / 'logs/tests/a_test', 2)
+  # Bazel's own XML for a test that is not pytest: one test case.
+  _xml(tmp_path / 'logs/example/use_it', 1, failures=1)
+  assert _summary().main('logs', 'tests', 'example') == 1
+  out = capsys.readouterr().out
+  assert out.splitlines()[-1] == '2 passed, 1 failed, 0 skipped'
 
 
 def test_a_test_file_that_did_not_run_fails(tmp_path, capsys, monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 
 from tff_dp.tasks import data_dir
 
-_TESTS = pathlib.Path(__file__).resolve().parent
+_TESTS = pathlib.Path(__file__).absolute().parent
 
 _USES_DATA = 'def test_reads(shared_data_dir):\n  assert shared_data_dir\n'
 

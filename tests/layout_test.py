@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_ROOT = pathlib.Path(__file__).absolute().parents[1]
 
 
 def _tff_dp_imports(path: pathlib.Path) -> list[str]:

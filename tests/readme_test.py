@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-_README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
+_README = pathlib.Path(__file__).absolute().parents[1] / 'README.md'
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
