@@ -9,7 +9,7 @@ JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install build-files run test test-pytest test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install build-files run test test-bazel test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
 
 install: $(STAMP) $(JEMALLOC_STAMP)
 
@@ -62,17 +62,20 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format setup.py tff_dp aggregators tasks tests benchmarks bazel
 
-# Lint, then the test suite under a hard time limit: `bazel test //...`
-# (Bazel 4.2.3 from Debian's apt, else 2.1.0 from npm, at bazel/.bin; one
-# py_test per test file, run by pytest), or pytest directly where neither
-# Bazel can be installed. worker_binary children are ended by tff_dp's atexit hook and by
-# `timeout -k`. The last line reads "N passed, N failed, N skipped".
+# Lint, Bazel's smoke (every target built; the build's own tests and the
+# user example run through Bazel: bazel/test.sh), then the whole suite
+# through pytest, two test files at a time (pytest-xdist, one interpreter
+# per core, under a hard time limit). worker_binary children are ended by
+# tff_dp's atexit hook and by `timeout -k`. The last line reads
+# "N passed, N skipped in S" (or names the failures).
 test: $(STAMP) $(JEMALLOC_STAMP) lint
-	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh
+	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh smoke
+	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile tests
 
-# The same suite straight through pytest (no Bazel).
-test-pytest: $(STAMP) $(JEMALLOC_STAMP) lint
-	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q tests
+# The same suite through Bazel's real targets: `bazel test //...`, one
+# py_test per test file, two at a time (pytest where no Bazel can be had).
+test-bazel: $(STAMP) $(JEMALLOC_STAMP) lint
+	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh
 
 # The long end-to-end tests that `make test` deselects (marked
 # @pytest.mark.slow; `make test` runs a fast smoke of each).

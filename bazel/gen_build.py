@@ -22,8 +22,11 @@ Rules the generator follows:
   modules cannot be loaded without it. They get an `alias` under their own
   name.
 * Imports inside functions count (they run when the function does).
-* Test files that start tff-dp in a subprocess (`python -m tff_dp.run`)
-  or read files of the repository name them in `_TEST_EXTRAS` below.
+* A test that runs tff-dp in a subprocess (`python -m tff_dp.run`) names
+  that module in `_TEST_DEPS`; one that reads files of the repository
+  names them in `_TEST_DATA` (for the README, whose Python blocks
+  readme_test runs, their imports become deps too).
+* `bazel/example/BUILD` is written by hand, as a user would.
 """
 
 import ast
@@ -137,19 +140,19 @@ def _label(module: str) -> str:
   return f'//{directory}:{module.rpartition(".")[2]}'
 
 
-def _init_groups() -> dict[str, str]:
-  """Module -> '__init__' for the modules an `__init__.py` imports."""
-  groups = {}
+def _held_by_init() -> set[str]:
+  """The modules an `__init__.py` imports (directly or through each other)
+  from its own package: its `__init__` target holds them."""
+  held = set()
   for package in PACKAGE_DIRS:
     todo = [package]
     while todo:
       module = todo.pop()
       for name in _imports(ROOT / MODULES[module]):
-        if _package_of(name) == package and name not in groups:
-          if name != package:
-            groups[name] = '__init__'
-            todo.append(name)
-  return groups
+        if _package_of(name) == package and name not in held | {package}:
+          held.add(name)
+          todo.append(name)
+  return held
 
 
 def _labels(modules: set[str], exclude=()) -> list:
@@ -183,7 +186,7 @@ filegroup(
 """
 
 
-def _library_build(package: str, groups: dict[str, str]) -> str:
+def _library_build(package: str, held: set[str]) -> str:
   """A library package: __init__, one target per module, the whole."""
   directory = PACKAGE_DIRS[package]
   installed = INSTALLED_AS.get(directory)
@@ -191,7 +194,7 @@ def _library_build(package: str, groups: dict[str, str]) -> str:
     m for m in MODULES if m != package and _package_of(m) == package
   )
   # The __init__ target: __init__.py, the modules it imports, the parent.
-  init_modules = [package] + [m for m in members if m in groups]
+  init_modules = [package] + [m for m in members if m in held]
   init_imports = set().union(
     *(_imports(ROOT / MODULES[m]) for m in init_modules)
   )
@@ -202,7 +205,7 @@ def _library_build(package: str, groups: dict[str, str]) -> str:
   targets += [
     (m.rpartition('.')[2], [m], _imports(ROOT / MODULES[m]) | {package})
     for m in members
-    if m not in groups
+    if m not in held
   ]
   out = [_HEADER, '\nload("//bazel:defs.bzl", "tff_dp_library")\n']
   for name, modules, imports in targets:
@@ -216,7 +219,7 @@ def _library_build(package: str, groups: dict[str, str]) -> str:
       + ')\n'
     )
   for m in members:
-    if m in groups:
+    if m in held:
       out.append(
         f'\nalias(\n    name = "{m.rpartition(".")[2]}",\n'
         '    actual = ":__init__",\n'
@@ -232,7 +235,7 @@ def _library_build(package: str, groups: dict[str, str]) -> str:
   return ''.join(out)
 
 
-def _test_build(directory: str, groups: dict[str, str]) -> str:
+def _test_build(directory: str) -> str:
   """A test package: one tff_dp_test per *_test.py (and the conftest)."""
   out = [_HEADER, '\nload("//bazel:defs.bzl", "tff_dp_test")\n']
   if directory == 'tests':
@@ -263,12 +266,12 @@ def _test_build(directory: str, groups: dict[str, str]) -> str:
 
 def build_files() -> dict[str, str]:
   """Repository-relative BUILD path -> its generated text."""
-  groups = _init_groups()
+  held = _held_by_init()
   files = {}
   for package, directory in PACKAGE_DIRS.items():
-    files[f'{directory}/BUILD'] = _library_build(package, groups)
+    files[f'{directory}/BUILD'] = _library_build(package, held)
   for directory in TEST_DIRS:
-    files[f'{directory}/BUILD'] = _test_build(directory, groups)
+    files[f'{directory}/BUILD'] = _test_build(directory)
   return files
 
 
