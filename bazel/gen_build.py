@@ -46,6 +46,7 @@ PACKAGE_DIRS = {
   'tff_dp.aggregators': 'aggregators',
   'tff_dp.tasks': 'tasks',
   'benchmarks': 'benchmarks',
+  'benchmarks.studies': 'benchmarks/studies',
 }
 # Directories whose runfiles must also appear at their installed path.
 INSTALLED_AS = {'aggregators': 'tff_dp/aggregators', 'tasks': 'tff_dp/tasks'}

@@ -34,7 +34,7 @@ from tff_dp import tasks as tasks_lib
 # Settings whose default changed after runs were recorded with the old
 # behaviour, and settings added with a default that is not the behaviour
 # runs had before them: a saved config that lacks one of these keys ran with
-# the value here. Resuming a run (`training._check_same_config`) and
+# the value here. Resuming a run (`outputs.check_same_config`) and
 # rebuilding a finished run's aggregator (`MethodParams.from_config`) fill
 # missing keys from this map, not from today's defaults, so that an old run
 # is never resumed or rebuilt with a behaviour it did not have. A setting

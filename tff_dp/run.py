@@ -59,6 +59,7 @@ from tff_dp.aggregators import dp_randagg  # noqa: E402
 from tff_dp.aggregators import dpsfl  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
+from tff_dp import experiment_config  # noqa: E402
 
 _D = training.ExperimentConfig()
 
@@ -497,7 +498,7 @@ def main(argv):
       raise ValueError(
         f'clip_from_fedavg_rounds must be >= 0. Found {_CLIP_PROBE.value!r}.'
       )
-    training.check_output_dir(config.output_dir)
+    experiment_config.check_output_dir(config.output_dir)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   if _CLIP_PROBE.value:

@@ -16,6 +16,7 @@ import pytest
 
 from tff_dp import methods
 from tff_dp import training
+from tff_dp import outputs
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
@@ -302,9 +303,9 @@ def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
   out = pathlib.Path(config.output_dir)
   out.mkdir(parents=True)
   (out / 'config.json').write_text(json.dumps(old))
-  training._check_same_config(out, config)
+  outputs.check_same_config(out, config)
   with pytest.raises(ValueError, match=r'different flags \(sketch_hashing\)'):
-    training._check_same_config(
+    outputs.check_same_config(
       out, dataclasses.replace(config, sketch_hashing='block')
     )
 
@@ -326,8 +327,8 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   with pytest.raises(
     ValueError, match=r'different flags \(top_k_nonprivate_clip\)'
   ):
-    training._check_same_config(out, config)
-  training._check_same_config(
+    outputs.check_same_config(out, config)
+  outputs.check_same_config(
     out, dataclasses.replace(config, top_k_nonprivate_clip=True)
   )
   kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
@@ -345,10 +346,10 @@ def test_tuning_outside_ledger_names_cmp_feds_two_clips():
     cmp_clip_u=0.05,
     clip_source='median rule on a probe run',
   )
-  steps = training.tuning_outside_ledger(config, methods.METHODS['cmp_fed'])
+  steps = outputs.tuning_outside_ledger(config, methods.METHODS['cmp_fed'])
   assert 'clips C1 0.05, C2 1: median rule on a probe run' in steps
   config = dataclasses.replace(config, method='dp_fedavg')
-  steps = training.tuning_outside_ledger(config, methods.METHODS['dp_fedavg'])
+  steps = outputs.tuning_outside_ledger(config, methods.METHODS['dp_fedavg'])
   assert 'clip 1: median rule on a probe run' in steps
 
 
@@ -361,7 +362,7 @@ def test_tuning_outside_ledger_names_cmp_feds_two_clips():
 )
 def test_tuning_outside_ledger_names_fl_tops_public_set(task, public_set):
   config = training.ExperimentConfig(task=task, method='fl_top_dp')
-  steps = training.tuning_outside_ledger(config, methods.METHODS['fl_top_dp'])
+  steps = outputs.tuning_outside_ledger(config, methods.METHODS['fl_top_dp'])
   (mask,) = (s for s in steps if 'Top-K mask' in s)
   assert public_set in mask
 
@@ -490,14 +491,14 @@ _BLOCK_AFTER_ROUND_3 = """
 import pathlib, time
 from absl import app
 from tff_dp import run, training
-save = training.save_checkpoint
+save = outputs.save_checkpoint
 def save_then_block(manager, state, runner):
   seconds = save(manager, state, runner)
   if runner.round_num == 3:
     pathlib.Path({marker!r}).touch()
     time.sleep(3600)
   return seconds
-training.save_checkpoint = save_then_block
+outputs.save_checkpoint = save_then_block
 app.run(run.main)
 """
 
@@ -717,11 +718,11 @@ def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
   gc.disable()
   try:
     gc.collect()
-    runner = training._RunnerState(1, {}, None, [])
+    runner = outputs.RunnerState(1, {}, None, [])
     training.asyncio.run(manager.save((state, np.str_(runner.to_json())), 1))
     left_by_tff_save = gc.collect()
-    runner = training._RunnerState(2, {}, None, [])
-    assert training.save_checkpoint(manager, state, runner) >= 0
+    runner = outputs.RunnerState(2, {}, None, [])
+    assert outputs.save_checkpoint(manager, state, runner) >= 0
     left_by_ours = gc.collect()
   finally:
     gc.enable()
@@ -731,4 +732,4 @@ def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
   assert left_by_ours == 0
   restored = training.asyncio.run(manager.load(2, (state, np.str_(''))))
   np.testing.assert_array_equal(restored[0][1], state[1])
-  assert training._RunnerState.from_json(restored[1]).round_num == 2
+  assert outputs.RunnerState.from_json(restored[1]).round_num == 2
