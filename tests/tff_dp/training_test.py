@@ -490,7 +490,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
 _BLOCK_AFTER_ROUND_3 = """
 import pathlib, time
 from absl import app
-from tff_dp import run, training
+from tff_dp import outputs, run
 save = outputs.save_checkpoint
 def save_then_block(manager, state, runner):
   seconds = save(manager, state, runner)
