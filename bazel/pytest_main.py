@@ -12,6 +12,7 @@ collects it ($XML_OUTPUT_FILE).
 """
 
 import os
+import runpy
 import sys
 
 
@@ -22,23 +23,16 @@ def _runfiles_root() -> str:
   return runfiles
 
 
-def _drop_editable_install() -> None:
-  sys.meta_path[:] = [
-    finder
-    for finder in sys.meta_path
-    if not getattr(finder, '__module__', '').startswith('__editable__')
-  ]
-
-
 def main() -> int:
   if len(sys.argv) != 2:
     raise SystemExit(f'usage: {sys.argv[0]} TEST_FILE (got {sys.argv[1:]})')
   runfiles = _runfiles_root()
   root = os.path.join(runfiles, os.environ.get('TEST_WORKSPACE', 'tff_dp'))
-  _drop_editable_install()
+  strict = os.path.join(root, 'bazel', 'strict_imports')
+  # The hook goes here as in the subprocesses: one filter, in one file.
+  runpy.run_path(os.path.join(strict, 'sitecustomize.py'))
   if root not in sys.path:
     sys.path.insert(0, root)
-  strict = os.path.join(root, 'bazel', 'strict_imports')
   os.environ['PYTHONPATH'] = os.pathsep.join(
     [strict, root] + [p for p in [os.environ.get('PYTHONPATH')] if p]
   )
