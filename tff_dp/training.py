@@ -58,14 +58,11 @@ from tff_dp import outputs
 
 # run_experiment's config, as `training.ExperimentConfig` for its callers.
 from tff_dp.experiment_config import ExperimentConfig  # noqa: F401 (API)
-from tff_dp.experiment_config import check_output_dir
+
+# By name: the round loop's local `sampling` is the run's Sampling.
 from tff_dp.sampling import ddgauss_min_clients
 from tff_dp.sampling import sample_clients
 from tff_dp.sampling import sampling_for
-from tff_dp.outputs import CHECKPOINT_PREFIX
-from tff_dp.outputs import DIAGNOSTICS_FILE
-from tff_dp.outputs import privacy_section
-from tff_dp.outputs import save_model_weights
 
 
 def find_dp_events(structure) -> list[dp_accounting.DpEvent]:
@@ -318,7 +315,7 @@ def run_experiment(
     ValueError: On an invalid config or output directory, before training.
   """
   config.validate()
-  output_dir = check_output_dir(config.output_dir)
+  output_dir = experiment_config.check_output_dir(config.output_dir)
   method = methods_lib.METHODS[config.method]
   if output_dir is not None:
     outputs.check_same_config(output_dir, config)
@@ -344,7 +341,7 @@ def run_experiment(
     # writing it), the previous one is used.
     manager = tff.program.FileProgramStateManager(
       str(output_dir / 'checkpoints'),
-      prefix=CHECKPOINT_PREFIX,
+      prefix=outputs.CHECKPOINT_PREFIX,
       keep_total=2,
       keep_first=False,
     )
@@ -360,7 +357,7 @@ def run_experiment(
         ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
       start_round = runner.round_num + 1
       outputs.truncate_diagnostics(
-        output_dir / DIAGNOSTICS_FILE, runner.round_num
+        output_dir / outputs.DIAGNOSTICS_FILE, runner.round_num
       )
       logging.info(
         'Resumed from checkpoint of round %d in %s', version, output_dir
@@ -477,7 +474,7 @@ def run_experiment(
       row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
     hists = diagnostics.histograms(vectors)
     if hists and output_dir is not None:
-      with open(output_dir / DIAGNOSTICS_FILE, 'a') as f:
+      with open(output_dir / outputs.DIAGNOSTICS_FILE, 'a') as f:
         f.write(json.dumps({'round': round_num, **hists}) + '\n')
     row.update({f'tff/{k}': v for k, v in metrics.items()})
     # Where the round's time went: waiting for the prefetched datasets, the
@@ -537,7 +534,7 @@ def run_experiment(
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
     else [],
-    'privacy': privacy_section(config, task, method, sampling, ledger),
+    'privacy': outputs.privacy_section(config, task, method, sampling, ledger),
     'epsilon_rdp': final.get('epsilon_rdp'),
     'epsilon_pld': final.get('epsilon_pld'),
     'bytes_per_client_per_round': dataclasses.asdict(cost),
@@ -548,7 +545,7 @@ def run_experiment(
     'wall_seconds_this_invocation': time.perf_counter() - start,
   }
   if output_dir is not None:
-    save_model_weights(
+    outputs.save_model_weights(
       output_dir / 'final_model_weights.npz', process.get_model_weights(state)
     )
     outputs.atomic_write(
