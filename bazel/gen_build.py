@@ -43,6 +43,7 @@ ROOT = pathlib.Path(__file__).absolute().parents[1]
 PACKAGE_DIRS = {
   'tff_dp': 'tff_dp',
   'tff_dp.client_works': 'tff_dp/client_works',
+  'tff_dp.methods': 'tff_dp/methods',
   'tff_dp.aggregators': 'aggregators',
   'tff_dp.tasks': 'tasks',
   'benchmarks': 'benchmarks',
@@ -57,6 +58,7 @@ TEST_DIRS = (
   'tests/tasks',
   'tests/tff_dp',
   'tests/tff_dp/client_works',
+  'tests/tff_dp/methods',
 )
 # What a test needs beyond its imports: modules its subprocesses run
 # (deps), and repository files it reads (data).

@@ -104,7 +104,7 @@ def with_tuning_label(row: dict, row_def: studies.Row | None) -> dict:
   flags = _flags(row.get('command', ''))
   if 'task' not in flags or 'method' not in flags:
     return row
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task=flags['task'][0],
     method=flags['method'][0],
     clip=float(flags.get('clip', ['1.0'])[0]),

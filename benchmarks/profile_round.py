@@ -47,7 +47,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def main(argv):
   del argv
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task='fashion_mnist_iid',
     method=_METHOD.value,
     rounds=_ROUNDS.value + 1,

@@ -51,7 +51,6 @@ clients), and the peak RSS of the process and its worker_binary during the
 rounds.
 """
 
-import dataclasses
 import json
 import os
 import statistics
@@ -201,7 +200,7 @@ def run_ours(
   fuse: bool = False,
 ) -> dict:
   method, overrides = parse_method(method)
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task='fashion_mnist_iid',
     method=method,
     rounds=rounds + 1,
@@ -219,7 +218,7 @@ def run_ours(
     fuse_client_work=fuse,
     update_diagnostics=False,  # Time the method, not the diagnostics.
   )
-  config = dataclasses.replace(config, **overrides)
+  config = config.replace(**overrides)
   config.validate()
   prepared = training.prepare(config)
   _, ids = _fashion_clients(0)

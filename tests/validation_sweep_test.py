@@ -30,7 +30,7 @@ from tff_dp.tasks import partition
 def _config(**kw):
   base = dict(task='heart_disease', method='dp_fedavg', noise_multiplier=1.0)
   base.update(kw)
-  return training.ExperimentConfig(**base).validate()
+  return training.ExperimentConfig.create(**base).validate()
 
 
 _OPT = tff.learning.optimizers.build_sgdm(0.1)
@@ -99,36 +99,45 @@ CASES = [
   (lambda: _config(clip=-1.0), 'clip must be'),
   (lambda: _config(delta=2.0), r'delta must be in \(0, 1\)'),
   (lambda: _config(client_momentum=1.0), 'client_momentum'),
-  (lambda: _config(lus_sparsity=1.0), 'lus_sparsity'),
-  (lambda: _config(top_k_ratio=0.0), 'top_k_ratio'),
-  (lambda: _config(randagg_fraction=2.0), 'randagg_fraction'),
-  (lambda: _config(blur_lambda=-1.0), 'blur_lambda'),
+  (lambda: _config(method='lus', lus_sparsity=1.0), 'lus_sparsity'),
+  (lambda: _config(method='fl_top_dp', top_k_ratio=0.0), 'top_k_ratio'),
+  (
+    lambda: _config(method='dp_randagg', randagg_fraction=2.0),
+    'randagg_fraction',
+  ),
+  (lambda: _config(method='blur', blur_lambda=-1.0), 'blur_lambda'),
   (
     lambda: _config(method='blur_lus', blur_lambda=40.0, client_lr=0.03),
     r'blur_lambda must be below 1 / client_lr \(33.3333; seed 000, Lemma 2\)'
     r'. Found 40.0',
   ),
-  (lambda: _config(sketch_rows=0), 'sketch_rows must be'),
-  (lambda: _config(sketch_k=0), 'sketch_k must be'),
-  (lambda: _config(sketch_lr=0.0), 'sketch_lr must be'),
+  (lambda: _config(method='dpsfl', sketch_rows=0), 'sketch_rows must be'),
+  (lambda: _config(method='dpsfl', sketch_k=0), 'sketch_k must be'),
+  (lambda: _config(method='dpsfl', sketch_lr=0.0), 'sketch_lr must be'),
   (
     lambda: _config(client_lr_decay=1.01),
     r'client_lr_decay must be in \(0, 1\]. Found 1.01',
   ),
   (
-    lambda: _config(sketch_k=101, sketch_columns=100),
+    lambda: _config(method='dpsfl', sketch_k=101, sketch_columns=100),
     r'sketch_k must be at most sketch_columns \(100\).*Found 101',
   ),
-  (lambda: _config(sketch_momentum=1.0), 'sketch_momentum'),
-  (lambda: _config(sketch_hashing='md5'), 'hashing must be one of'),
-  (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
-  (lambda: _config(cmp_layout='oi'), "layout must be one of .* Found 'oi'"),
+  (lambda: _config(method='dpsfl', sketch_momentum=1.0), 'sketch_momentum'),
   (
-    lambda: _config(randagg_clip_scope='k'),
+    lambda: _config(method='dpsfl', sketch_hashing='md5'),
+    'hashing must be one of',
+  ),
+  (lambda: _config(public_batch='mnist'), 'public_batch must be one of'),
+  (
+    lambda: _config(method='cmp_fed', cmp_layout='oi'),
+    "layout must be one of .* Found 'oi'",
+  ),
+  (
+    lambda: _config(method='dp_randagg', randagg_clip_scope='k'),
     "clip_scope must be one of .* Found 'k'",
   ),
   (
-    lambda: _config(cmp_vectors_phase='w'),
+    lambda: _config(method='cmp_fed', cmp_vectors_phase='w'),
     "vectors_phase must be one of .* Found 'w'",
   ),
   (
@@ -139,18 +148,21 @@ CASES = [
     lambda: _config(clip_from_public_round=True, clip_source='probe'),
     "Set clip_from_public_round or clip_source, not both.*'probe'",
   ),
-  (lambda: _config(dpsfl_target_probability=1.0), 'dpsfl_target_probability'),
-  (lambda: _config(dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
   (
-    lambda: _config(dpsfl_impact_rule='ratio'),
+    lambda: _config(method='dpsfl_ac', dpsfl_target_probability=1.0),
+    'dpsfl_target_probability',
+  ),
+  (lambda: _config(method='dpsfl_ac', dpsfl_bit_noise=-1.0), 'dpsfl_bit_noise'),
+  (
+    lambda: _config(method='dpsfl_ac', dpsfl_impact_rule='ratio'),
     r"impact_rule must be one of \('relative', 'absolute'\)",
   ),
   (
-    lambda: _config(dpsfl_impact_threshold=1.5),
+    lambda: _config(method='dpsfl_ac', dpsfl_impact_threshold=1.5),
     r'impact_threshold must be in \(0, 1\) for the relative rule',
   ),
-  (lambda: _config(cmp_rank=0), 'cmp_rank must be'),
-  (lambda: _config(cmp_clip_u=0.0), 'cmp_clip_u must be'),
+  (lambda: _config(method='cmp_fed', cmp_rank=0), 'cmp_rank must be'),
+  (lambda: _config(method='cmp_fed', cmp_clip_u=0.0), 'cmp_clip_u must be'),
   (lambda: _config(accountant='moments'), 'accountant'),
   (lambda: _config(method='nope'), 'Unknown method'),
   (lambda: _config(task='nope'), 'Unknown task'),

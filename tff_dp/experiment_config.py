@@ -2,19 +2,13 @@
 value is named with its allowed range before any data loads)."""
 
 import dataclasses
-import math
 import pathlib
 import tempfile
 from typing import Any, Optional
 
 
 from absl import logging
-import numpy as np
 
-from tff_dp.aggregators import cmp_fed
-from tff_dp.aggregators import count_sketch
-from tff_dp.aggregators import dp_randagg
-from tff_dp.aggregators import dpsfl
 from tff_dp import distributed
 from tff_dp import methods as methods_lib
 from tff_dp import public_data
@@ -30,6 +24,11 @@ class ExperimentConfig:
   neither is set, 10 clients are expected per round (Poisson for private
   methods, fixed-size otherwise). Noise (private methods):
   `noise_multiplier`, or `target_epsilon` with `delta` to calibrate it.
+
+  The fields are what every run has; `options` holds the chosen method's
+  own (its `Method.options` dataclass, `tff_dp/methods/`). `create` and
+  `replace` take both by flag name, and `to_dict` writes both flat, as the
+  flags are named.
   """
 
   task: str = 'fashion_mnist_iid'
@@ -42,55 +41,13 @@ class ExperimentConfig:
   delta: Optional[float] = None
   accountant: str = 'rdp'
   clip: float = 1.0
-  target_unclipped_quantile: float = 0.5
-  clip_learning_rate: float = 0.2
-  ddgauss_bits: int = 20
-  # DDGauss: smallest cohort whose round is released (None: the cohort m
-  # under fixed-size sampling, the 1% quantile of Binomial(N, q) under
-  # Poisson sampling; see `tff_dp.aggregators.ddgauss`).
-  ddgauss_min_clients: Optional[int] = None
-  randagg_fraction: float = 0.01
-  # DP-RandAgg: clip the whole update (seed 001) or only the k-vector
-  # ('payload', runs before issue #24; methods.LEGACY_DEFAULTS).
-  randagg_clip_scope: str = 'update'
-  blur_lambda: float = 0.4
-  lus_sparsity: float = 0.7
-  top_k_ratio: float = 0.005
-  # Non-private FL-TOP/FL-BASIC clip at `clip` as before #24 (the paper's
-  # Alg. 1 does not clip; methods.LEGACY_DEFAULTS).
-  top_k_nonprivate_clip: bool = False
-  # FL-TOP's public batch on image tasks: 10 random EMNIST digits from
-  # `seed`, or the first of each class (before #24; public_data.MODES).
+  # FL-TOP's public batch on image tasks and seed 004's public-round clip:
+  # 10 random EMNIST digits from `seed`, or the first of each class (before
+  # #24; public_data.MODES, methods.LEGACY_DEFAULTS).
   public_batch: str = 'random'
   # Seed 004's clip rule: --clip is replaced by the update norm of one local
   # round on the public batch (methods.PUBLIC_ROUND_CLIP_METHODS).
   clip_from_public_round: bool = False
-  sketch_rows: int = 5
-  # k / columns = 0.1: a count sketch recovers only coordinates well above
-  # ||g|| / sqrt(columns); the seed-002 study diverged at k / columns = 0.5
-  # (defaults before issue #24: 20,000 and 5,000).
-  sketch_columns: int = 100_000
-  sketch_k: int = 10_000
-  sketch_momentum: float = 0.9
-  sketch_hashing: str = 'murmur'
-  # The error-feedback step in sketch space (FetchSGD's lr; the server lr
-  # must stay 1). With sketch momentum rho the steady step is lr / (1 - rho).
-  sketch_lr: float = 1.0
-  dpsfl_target_probability: float = 0.5
-  dpsfl_impact_threshold: float = 0.1
-  # None: expected clients per round / 20 (Andrew et al.; see dpsfl).
-  dpsfl_bit_noise: Optional[float] = None
-  dpsfl_clip_lr: float = 0.2
-  # DPSFL-AC's clipping-impact test (dpsfl.IMPACT_RULES); 'absolute' before
-  # issue #24 (methods.LEGACY_DEFAULTS).
-  dpsfl_impact_rule: str = 'relative'
-  cmp_rank: int = 4
-  cmp_clip_u: Optional[float] = None
-  cmp_clip_v: Optional[float] = None
-  # CMP-Fed/UV-Fed: U on the output side and the vectors in the V phase
-  # ('in_out' and 'u' before issue #24; methods.LEGACY_DEFAULTS).
-  cmp_layout: str = 'out_in'
-  cmp_vectors_phase: str = 'v'
   batch_size: int = 10
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -121,6 +78,68 @@ class ExperimentConfig:
   # Compile the round through MapReduceForm: one TF call per client
   # (`tff_dp.fusion`; bit-identical results, falls back when not possible).
   fuse_client_work: bool = False
+  # The method's own options (`methods.METHODS[method].options`; None:
+  # its defaults). `create` and `replace` take them by flag name.
+  options: Optional[methods_lib.options.Options] = None
+
+  def __post_init__(self):
+    method = methods_lib.METHODS.get(self.method)
+    if method is None:
+      return  # `validate` names the unknown method.
+    if self.options is None:
+      object.__setattr__(self, 'options', method.options())
+    elif type(self.options) is not method.options:
+      raise ValueError(
+        f'Method {self.method!r} takes options '
+        f'{method.options.__name__}. Found {type(self.options).__name__}.'
+      )
+
+  @classmethod
+  def create(cls, **flat) -> 'ExperimentConfig':
+    """A config from settings by flag name, the method's options included.
+
+    An option of another method (not of `method`) is ignored with a warning
+    that names the methods that take it, as `python -m tff_dp.run` does, so
+    that a recorded command keeps running; a name no method knows raises.
+    """
+    common_names = {f.name for f in dataclasses.fields(cls)} - {'options'}
+    common = {k: v for k, v in flat.items() if k in common_names}
+    rest = {k: v for k, v in flat.items() if k not in common_names}
+    method = methods_lib.METHODS.get(common.get('method', cls.method))
+    if method is None:
+      return cls(**common)  # `validate` names the unknown method.
+    return cls(**common, options=method_options(method, rest))
+
+  def replace(self, **flat) -> 'ExperimentConfig':
+    """A copy with settings changed by flag name (see `create`).
+
+    Options the new method shares with the old one are kept.
+    """
+    changes = dict(flat)
+    kept = {}
+    method = methods_lib.METHODS.get(changes.get('method', self.method))
+    if method is not None:
+      names = {f.name for f in methods_lib.options.flag_fields(method.options)}
+      kept = {k: v for k, v in self.options_flat().items() if k in names}
+    base = {
+      f.name: getattr(self, f.name)
+      for f in dataclasses.fields(self)
+      if f.name != 'options'
+    }
+    return ExperimentConfig.create(**{**base, **kept, **changes})
+
+  def options_flat(self) -> dict[str, Any]:
+    return {} if self.options is None else self.options.to_flat()
+
+  def flat(self) -> dict[str, Any]:
+    """Every setting by its flag name (the noise seed's value included)."""
+    d = {
+      f.name: getattr(self, f.name)
+      for f in dataclasses.fields(self)
+      if f.name != 'options'
+    }
+    d.update(self.options_flat())
+    return d
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
@@ -160,9 +179,7 @@ class ExperimentConfig:
         )
     if self.clients_per_round is not None:
       check_int('clients_per_round', self.clients_per_round, 1)
-    if self.ddgauss_min_clients is not None:
-      check_int('ddgauss_min_clients', self.ddgauss_min_clients, 2)
-    for name in ('client_lr', 'server_lr', 'clip', 'sketch_lr'):
+    for name in ('client_lr', 'server_lr', 'clip'):
       check_float(name, getattr(self, name), positive=True)
     d = self.client_lr_decay
     if not (isinstance(d, (int, float)) and 0 < d <= 1):
@@ -194,58 +211,13 @@ class ExperimentConfig:
       )
     check_int('intra_op_threads', self.intra_op_threads, 0)
     check_int('inter_op_threads', self.inter_op_threads, 0)
-    if not 0 < self.randagg_fraction <= 1:
-      raise ValueError(
-        f'randagg_fraction must be in (0, 1]. Found {self.randagg_fraction!r}.'
-      )
-    if not (math.isfinite(self.blur_lambda) and self.blur_lambda >= 0):
-      raise ValueError(
-        f'blur_lambda must be a finite number >= 0. Found {self.blur_lambda!r}.'
-      )
-    if self.method in ('blur', 'blur_lus') and (
-      self.blur_lambda * self.client_lr >= 1
-    ):
-      # Seed 000, Lemma 2 (plain SGD): the update is pulled to the ball
-      # "with lambda < 1/eta_l"; above it a penalty step overshoots the
-      # ball's centre. With client momentum the lemma does not apply and
-      # only this necessary bound is checked.
-      raise ValueError(
-        'blur_lambda must be below 1 / client_lr '
-        f'({1 / self.client_lr:.6g}; seed 000, Lemma 2). Found '
-        f'{self.blur_lambda!r}.'
-      )
-    if not 0 <= self.lus_sparsity < 1:
-      raise ValueError(
-        f'lus_sparsity must be in [0, 1). Found {self.lus_sparsity!r}.'
-      )
-    if not 0 < self.top_k_ratio <= 1:
-      raise ValueError(
-        f'top_k_ratio must be in (0, 1]. Found {self.top_k_ratio!r}.'
-      )
     distributed.parse_workers(self.workers)  # Raises on a bad host:port.
     check_int('local_workers', self.local_workers, 0)
-    for name in ('sketch_rows', 'sketch_columns', 'sketch_k', 'cmp_rank'):
-      check_int(name, getattr(self, name), 1)
-    if self.sketch_k > self.sketch_columns:
-      raise ValueError(
-        f'sketch_k must be at most sketch_columns ({self.sketch_columns}): '
-        'a count sketch recovers only coordinates well above '
-        f'||g|| / sqrt(columns). Found {self.sketch_k!r}.'
-      )
-    if self.method in ('fetchsgd', 'dpsfl', 'dpsfl_ac') and (
-      self.sketch_k > 0.1 * self.sketch_columns
-    ):
-      logging.warning(
-        'sketch_k / sketch_columns = %.2f > 0.1: FetchSGD diverged at 0.5 in '
-        "the seed-002 study (benchmarks/results/seed002_emnist.md's notes).",
-        self.sketch_k / self.sketch_columns,
-      )
-    count_sketch.check_hashing(self.sketch_hashing)
     public_data.check_mode(self.public_batch)
-    cmp_fed.check_options(self.cmp_layout, self.cmp_vectors_phase)
-    dp_randagg.check_clip_scope(self.randagg_clip_scope)
+    method = methods_lib.METHODS[self.method]
+    self.options.check_run(self)
     if self.clip_from_public_round:
-      if self.method not in methods_lib.PUBLIC_ROUND_CLIP_METHODS:
+      if not method.public_round_clip:
         raise ValueError(
           'clip_from_public_round is for methods '
           f'{methods_lib.PUBLIC_ROUND_CLIP_METHODS}. Found method='
@@ -256,27 +228,6 @@ class ExperimentConfig:
           'Set clip_from_public_round or clip_source, not both: the clip '
           f'comes from one place. Found clip_source={self.clip_source!r}.'
         )
-    if not 0 <= self.sketch_momentum < 1:
-      raise ValueError(
-        f'sketch_momentum must be in [0, 1). Found {self.sketch_momentum!r}.'
-      )
-    if not 0 < self.dpsfl_target_probability < 1:
-      raise ValueError(
-        'dpsfl_target_probability must be in (0, 1). Found '
-        f'{self.dpsfl_target_probability!r}.'
-      )
-    for name in ('dpsfl_impact_threshold', 'dpsfl_clip_lr'):
-      check_float(name, getattr(self, name), positive=True)
-    if self.dpsfl_bit_noise is not None:
-      check_float('dpsfl_bit_noise', self.dpsfl_bit_noise, positive=False)
-    dpsfl.AdaptiveClip(
-      impact_threshold=self.dpsfl_impact_threshold,
-      impact_rule=self.dpsfl_impact_rule,
-    ).check()
-    for name in ('cmp_clip_u', 'cmp_clip_v'):
-      if getattr(self, name) is not None:
-        check_float(name, getattr(self, name), positive=True)
-    method = methods_lib.METHODS[self.method]
     method.preflight()
     if (
       method.private
@@ -288,26 +239,36 @@ class ExperimentConfig:
         '--noise_multiplier (>= 0) or --target_epsilon with '
         '--delta.'
       )
-    if not 0 < self.target_unclipped_quantile < 1:
-      raise ValueError(
-        'target_unclipped_quantile must be in (0, 1). Found '
-        f'{self.target_unclipped_quantile!r}.'
-      )
-    check_int('ddgauss_bits', self.ddgauss_bits, 2)
-    if self.ddgauss_bits > 22:  # TFF's DistributedDpSumFactory limit.
-      raise ValueError(
-        f'ddgauss_bits must be in [2, 22]. Found {self.ddgauss_bits!r}.'
-      )
 
   def to_dict(self) -> dict[str, Any]:
     """The config as written to config.json and summary.json.
 
     The noise seed's value is never written: only whether it was given.
     """
-    d = dataclasses.asdict(self)
+    d = self.flat()
     d['task_kwargs'] = dict(self.task_kwargs)
     d['noise_seed'] = noise_seed_status(self.noise_seed)
     return d
+
+
+def method_options(method, flat: dict[str, Any]):
+  """`method`'s options from settings by flag name (see `create`)."""
+  known = methods_lib.option_fields()
+  names = {f.name for f in methods_lib.options.flag_fields(method.options)}
+  unknown = sorted(set(flat) - set(known))
+  if unknown:
+    raise ValueError(
+      f'Unknown setting(s) {unknown}: not a common setting and not an '
+      'option of any method.'
+    )
+  for name in sorted(set(flat) - names):
+    logging.warning(
+      '%s is an option of %s, not of method %r: ignored.',
+      name,
+      ', '.join(known[name][1]),
+      method.name,
+    )
+  return method.options(**{k: v for k, v in flat.items() if k in names})
 
 
 def noise_seed_status(noise_seed: Optional[int]) -> str:
@@ -321,27 +282,13 @@ def noise_seed_status(noise_seed: Optional[int]) -> str:
 
 
 def check_int(name, value, minimum):
-  if (
-    isinstance(value, bool)
-    or not isinstance(value, (int, np.integer))
-    or (value < minimum)
-  ):
-    raise ValueError(
-      f'{name} must be an integer >= {minimum}. Found {value!r}.'
-    )
+  """Raises ValueError unless `value` is an integer >= `minimum`."""
+  methods_lib.options.integer(minimum)(name, value)
 
 
 def check_float(name, value, *, positive):
-  ok = (
-    isinstance(value, (int, float))
-    and math.isfinite(value)
-    and (value > 0 if positive else value >= 0)
-  )
-  if not ok:
-    raise ValueError(
-      f'{name} must be a finite number '
-      f'{"> 0" if positive else ">= 0"}. Found {value!r}.'
-    )
+  """Raises ValueError unless `value` is finite and > 0 (or >= 0)."""
+  methods_lib.options.number(positive=positive)(name, value)
 
 
 def check_output_dir(path: Optional[str]) -> Optional[pathlib.Path]:

@@ -191,10 +191,7 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   steps = []
   if config.clip_source:
     if config.method == 'cmp_fed':
-      c1, c2 = (
-        config.clip if c is None else c
-        for c in (config.cmp_clip_u, config.cmp_clip_v)
-      )
+      c1, c2 = config.options.clips(config.clip)
       clips = f'clips C1 {c1:.6g}, C2 {c2:.6g}'
     else:
       clips = f'clip {config.clip:.6g}'
@@ -300,10 +297,15 @@ def check_same_config(
   # A flag added after the run started: the run had its legacy value where
   # the new default changed the behaviour, else its default (see
   # methods.LEGACY_DEFAULTS).
-  defaults = json.loads(json.dumps(ExperimentConfig().to_dict()))
+  defaults = json.loads(
+    json.dumps(ExperimentConfig(method=config.method).to_dict())
+  )
   legacy = json.loads(json.dumps(methods_lib.LEGACY_DEFAULTS))
   for name, value in defaults.items():
     old.setdefault(name, legacy.get(name, value))
+  # Settings this method does not take (another method's options, which
+  # configs before issue #26 recorded for every run) do not change it.
+  old = {k: v for k, v in old.items() if k in new}
   # Where and how fast it runs does not change the results.
   for key in _EXECUTION_ONLY:
     old.pop(key, None)

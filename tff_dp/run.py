@@ -14,6 +14,7 @@ checkpoint in --root_output_dir (ledger included).
 import dataclasses
 import os
 import sys
+import typing
 
 
 def _method_from_argv(argv) -> str:
@@ -53,10 +54,7 @@ from absl import logging  # noqa: E402
 
 from tff_dp import methods  # noqa: E402
 from tff_dp import public_data  # noqa: E402
-from tff_dp.aggregators import cmp_fed  # noqa: E402
-from tff_dp.aggregators import count_sketch  # noqa: E402
-from tff_dp.aggregators import dp_randagg  # noqa: E402
-from tff_dp.aggregators import dpsfl  # noqa: E402
+from tff_dp.methods import options as options_lib  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
 from tff_dp import experiment_config  # noqa: E402
@@ -109,58 +107,6 @@ _ACCOUNTANT = flags.DEFINE_enum(
 _CLIP = flags.DEFINE_float(
   'clip', _D.clip, 'L2 clip of client updates (initial if adaptive).'
 )
-_QUANTILE = flags.DEFINE_float(
-  'target_unclipped_quantile',
-  _D.target_unclipped_quantile,
-  'Adaptive clipping target quantile.',
-)
-_CLIP_LR = flags.DEFINE_float(
-  'clip_learning_rate',
-  _D.clip_learning_rate,
-  'Adaptive clipping learning rate.',
-)
-_BITS = flags.DEFINE_integer(
-  'ddgauss_bits', _D.ddgauss_bits, 'DDGauss bit width of the modular sum.'
-)
-_MIN_CLIENTS = flags.DEFINE_integer(
-  'ddgauss_min_clients',
-  None,
-  'DDGauss: smallest cohort whose round is released (rounds below it '
-  'release a zero update), an integer in [2, expected cohort]. Default: '
-  'the cohort under fixed-size sampling, the 1% quantile of the cohort '
-  'under Poisson sampling.',
-)
-_RANDAGG = flags.DEFINE_float(
-  'randagg_fraction',
-  _D.randagg_fraction,
-  'DP-RandAgg: fraction k/d of coordinates sent each round, in (0, 1].',
-)
-_RANDAGG_SCOPE = flags.DEFINE_enum(
-  'randagg_clip_scope',
-  _D.randagg_clip_scope,
-  list(dp_randagg.CLIP_SCOPES),
-  'DP-RandAgg: clip the whole update to --clip before taking its k '
-  "coordinates (update, seed 001's baseline) or only the k-vector (payload, "
-  'runs before issue #24).',
-)
-_BLUR_LAMBDA = flags.DEFINE_float(
-  'blur_lambda', _D.blur_lambda, 'BLUR: lambda of the proximal hinge (>= 0).'
-)
-_LUS_SPARSITY = flags.DEFINE_float(
-  'lus_sparsity', _D.lus_sparsity, 'LUS: sparsity c = 1 - s/d in [0, 1).'
-)
-_TOP_K = flags.DEFINE_float(
-  'top_k_ratio',
-  _D.top_k_ratio,
-  'FL-TOP: fraction K/d of weights trained and sent, in (0, 1].',
-)
-_TOP_K_CLIP = flags.DEFINE_bool(
-  'top_k_nonprivate_clip',
-  _D.top_k_nonprivate_clip,
-  'Non-private FL-TOP/FL-BASIC: clip the K values at --clip and divide by '
-  'the expected cohort, as runs before issue #24 did (seed 004 does not '
-  'clip them; off by default).',
-)
 _PUBLIC_BATCH = flags.DEFINE_enum(
   'public_batch',
   _D.public_batch,
@@ -176,84 +122,6 @@ _CLIP_PUBLIC = flags.DEFINE_bool(
   "by the update norm of one local round (this run's local schedule) on "
   "the server's public batch, trained on the Top-K weights (fl_top_dp), "
   'the median over 100 random K-subsets (fl_basic_dp) or all weights.',
-)
-_SKETCH_ROWS = flags.DEFINE_integer(
-  'sketch_rows', _D.sketch_rows, 'Count-sketch rows (>= 1; sketch methods).'
-)
-_SKETCH_COLUMNS = flags.DEFINE_integer(
-  'sketch_columns', _D.sketch_columns, 'Count-sketch columns (>= 1).'
-)
-_SKETCH_K = flags.DEFINE_integer(
-  'sketch_k', _D.sketch_k, 'Coordinates recovered per round, in [1, d].'
-)
-_SKETCH_MOMENTUM = flags.DEFINE_float(
-  'sketch_momentum', _D.sketch_momentum, 'Sketch-space momentum in [0, 1).'
-)
-_SKETCH_HASHING = flags.DEFINE_enum(
-  'sketch_hashing',
-  _D.sketch_hashing,
-  list(count_sketch.HASHINGS),
-  'Count-sketch hashes: murmur (per coordinate; reproduces earlier runs) or '
-  'block (a cyclic shift and a sign per block of columns coordinates: same '
-  'collision probability 1/columns, about 4x cheaper to sketch).',
-)
-_SKETCH_LR = flags.DEFINE_float(
-  'sketch_lr',
-  _D.sketch_lr,
-  'Sketch methods: the step applied from the momentum sketch to the error '
-  "sketch (> 0; FetchSGD's lr; keep --server_lr at 1). With "
-  '--sketch_momentum rho the steady step is sketch_lr / (1 - rho).',
-)
-_DPSFL_P = flags.DEFINE_float(
-  'dpsfl_target_probability',
-  _D.dpsfl_target_probability,
-  'DPSFL-AC: target fraction of clients whose clipping impact on the last '
-  'top-k is within --dpsfl_impact_threshold, in (0, 1).',
-)
-_DPSFL_GAMMA = flags.DEFINE_float(
-  'dpsfl_impact_threshold',
-  _D.dpsfl_impact_threshold,
-  'DPSFL-AC: the clipping-impact bound gamma (> 0).',
-)
-_DPSFL_BIT_NOISE = flags.DEFINE_float(
-  'dpsfl_bit_noise',
-  _D.dpsfl_bit_noise,
-  "DPSFL-AC: the bit sum's noise stddev (>= 0), composed in the ledger; "
-  'default: expected clients per round / 20 (Andrew et al. 2021).',
-)
-_DPSFL_RULE = flags.DEFINE_enum(
-  'dpsfl_impact_rule',
-  _D.dpsfl_impact_rule,
-  list(dpsfl.IMPACT_RULES),
-  "DPSFL-AC's clipping-impact test on the last top-k: relative (clip error "
-  '/ norm of the top-k part <= gamma, in (0, 1)) or absolute (clip error <= '
-  'gamma; runs before issue #24).',
-)
-_DPSFL_CLIP_LR = flags.DEFINE_float(
-  'dpsfl_clip_lr', _D.dpsfl_clip_lr, 'DPSFL-AC: geometric clip step (> 0).'
-)
-_CMP_RANK = flags.DEFINE_integer(
-  'cmp_rank', _D.cmp_rank, 'CMP-Fed / UV-Fed rank r per layer (>= 1).'
-)
-_CMP_LAYOUT = flags.DEFINE_enum(
-  'cmp_layout',
-  _D.cmp_layout,
-  list(cmp_fed.LAYOUTS),
-  "CMP-Fed/UV-Fed: U on each kernel's output side (out_in, PyTorch's and "
-  "PowerSGD's), input side (in_out, runs before issue #24) or smaller side.",
-)
-_CMP_VECTORS = flags.DEFINE_enum(
-  'cmp_vectors_phase',
-  _D.cmp_vectors_phase,
-  list(cmp_fed.VECTOR_PHASES),
-  'CMP-Fed/UV-Fed: the phase whose clipped payload carries the biases: v '
-  '(under --cmp_clip_v) or u (under --cmp_clip_u; runs before issue #24).',
-)
-_CMP_CLIP_U = flags.DEFINE_float(
-  'cmp_clip_u', None, 'CMP-Fed phase-1 clip C1 (> 0; default --clip).'
-)
-_CMP_CLIP_V = flags.DEFINE_float(
-  'cmp_clip_v', None, 'CMP-Fed phase-2 clip C2 (> 0; default --clip).'
 )
 _BATCH = flags.DEFINE_integer('batch_size', _D.batch_size, 'Local batch size.')
 _EPOCHS = flags.DEFINE_integer(
@@ -395,6 +263,39 @@ _OUTPUT = flags.DEFINE_string(
 )
 
 
+def _option_type(field) -> type:
+  """An option's value type (`Optional[float]` -> float)."""
+  args = [a for a in typing.get_args(field.type) if a is not type(None)]
+  return args[0] if args else field.type
+
+
+def define_option_flags() -> dict[str, flags.FlagHolder]:
+  """One flag per method option (`methods.option_fields`), under the
+  option's name, with its help and the methods that take it."""
+  holders = {}
+  for name, (field, users) in methods.option_fields().items():
+    help_ = f'{options_lib.help_of(field)} [{", ".join(users)}]'
+    choices = options_lib.choices_of(field)
+    kind = _option_type(field)
+    if choices is not None:
+      holders[name] = flags.DEFINE_enum(
+        name, field.default, list(choices), help_
+      )
+    elif kind is bool:
+      holders[name] = flags.DEFINE_bool(name, field.default, help_)
+    elif kind is int:
+      holders[name] = flags.DEFINE_integer(name, field.default, help_)
+    elif kind is float:
+      holders[name] = flags.DEFINE_float(name, field.default, help_)
+    else:
+      raise TypeError(f'Option {name!r}: no flag type for {field.type!r}.')
+  return holders
+
+
+# The methods' options, from their dataclasses (tff_dp/methods/).
+_OPTIONS = define_option_flags()
+
+
 def parse_task_options(options) -> tuple[tuple[str, object], ...]:
   """`['a=1', 'b=x']` -> `(('a', 1), ('b', 'x'))`; raises on a bad item."""
   out = []
@@ -414,7 +315,19 @@ def parse_task_options(options) -> tuple[tuple[str, object], ...]:
 
 
 def config_from_flags() -> training.ExperimentConfig:
-  return training.ExperimentConfig(
+  """The run's config; an option flag of another method than --method is
+  ignored with a warning (`ExperimentConfig.create`)."""
+  takes = {
+    f.name
+    for f in options_lib.flag_fields(methods.METHODS[_METHOD.value].options)
+  }
+  method_options = {
+    name: holder.value
+    for name, holder in _OPTIONS.items()
+    if name in takes or holder.present
+  }
+  return training.ExperimentConfig.create(
+    **method_options,
     task=_TASK.value,
     method=_METHOD.value,
     rounds=_ROUNDS.value,
@@ -425,34 +338,8 @@ def config_from_flags() -> training.ExperimentConfig:
     delta=_DELTA.value,
     accountant=_ACCOUNTANT.value,
     clip=_CLIP.value,
-    target_unclipped_quantile=_QUANTILE.value,
-    clip_learning_rate=_CLIP_LR.value,
-    ddgauss_bits=_BITS.value,
-    ddgauss_min_clients=_MIN_CLIENTS.value,
-    randagg_fraction=_RANDAGG.value,
-    randagg_clip_scope=_RANDAGG_SCOPE.value,
-    blur_lambda=_BLUR_LAMBDA.value,
-    lus_sparsity=_LUS_SPARSITY.value,
-    top_k_ratio=_TOP_K.value,
-    top_k_nonprivate_clip=_TOP_K_CLIP.value,
     public_batch=_PUBLIC_BATCH.value,
     clip_from_public_round=_CLIP_PUBLIC.value,
-    sketch_rows=_SKETCH_ROWS.value,
-    sketch_columns=_SKETCH_COLUMNS.value,
-    sketch_k=_SKETCH_K.value,
-    sketch_momentum=_SKETCH_MOMENTUM.value,
-    sketch_hashing=_SKETCH_HASHING.value,
-    sketch_lr=_SKETCH_LR.value,
-    dpsfl_target_probability=_DPSFL_P.value,
-    dpsfl_impact_threshold=_DPSFL_GAMMA.value,
-    dpsfl_bit_noise=_DPSFL_BIT_NOISE.value,
-    dpsfl_clip_lr=_DPSFL_CLIP_LR.value,
-    dpsfl_impact_rule=_DPSFL_RULE.value,
-    cmp_rank=_CMP_RANK.value,
-    cmp_clip_u=_CMP_CLIP_U.value,
-    cmp_clip_v=_CMP_CLIP_V.value,
-    cmp_layout=_CMP_LAYOUT.value,
-    cmp_vectors_phase=_CMP_VECTORS.value,
     batch_size=_BATCH.value,
     local_epochs=_EPOCHS.value,
     local_steps=_STEPS.value,

@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from tff_dp.aggregators import ddgauss
 from tff_dp import privacy
 from tff_dp.experiment_config import ExperimentConfig
 
@@ -28,20 +27,6 @@ def sampling_for(
   if private:
     return privacy.Sampling('poisson', num_clients, rate=m / num_clients)
   return privacy.Sampling('fixed', num_clients, clients_per_round=m)
-
-
-def ddgauss_min_clients(sampling: privacy.Sampling) -> int:
-  """DDGauss's default cohort lower bound for this sampling.
-
-  Fixed-size sampling of m clients: m. Poisson sampling: the largest k that
-  a Binomial(N, q) cohort falls below with probability <= 1% (so at most
-  1% of rounds are withheld); never the expected cohort rounded down.
-  """
-  if sampling.mode == 'fixed':
-    return sampling.clients_per_round
-  return ddgauss.binomial_min_clients(
-    sampling.num_clients, sampling.rate, withhold_prob=0.01
-  )
 
 
 def sample_clients(

@@ -252,7 +252,7 @@ def test_bad_args(kwargs, match):
 @pytest.mark.parametrize('method', ['uv_fed', 'cmp_fed'])
 def test_runner_methods(tmp_path, method):
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method=method,
       rounds=2,

@@ -201,7 +201,7 @@ def test_k_larger_than_dimension():
 @pytest.mark.usefixtures('shared_data_dir')
 def test_runner_method_accounts_and_counts_bytes(tmp_path):
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method='dp_randagg',
       rounds=2,

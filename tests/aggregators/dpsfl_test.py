@@ -1,7 +1,5 @@
 """FetchSGD / DPSFL / DPSFL-AC sketch aggregation."""
 
-import dataclasses
-
 import dp_accounting
 import numpy as np
 import pytest
@@ -265,7 +263,7 @@ def test_bytes():
 )
 def test_runner_methods(tmp_path, method, hashing):
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method=method,
       rounds=2,
@@ -345,10 +343,13 @@ def test_bit_noise_defaults_to_expected_clients_over_20():
   # its share of the round's merged 1/z^2 is reported.
   from tff_dp import methods  # pylint: disable=g-import-not-at-top
 
-  p = methods.MethodParams(
-    num_model_params=D, expected_clients_per_round=40.0, noise_multiplier=1.2
-  )
   method = methods.METHODS['dpsfl_ac']
+  p = methods.MethodParams(
+    num_model_params=D,
+    expected_clients_per_round=40.0,
+    noise_multiplier=1.2,
+    options=method.options(),
+  )
   event = method.round_event(1.2, p)
   assert event == dp_accounting.ComposedDpEvent(
     [dp_accounting.GaussianDpEvent(1.2), dp_accounting.GaussianDpEvent(2.0)]
@@ -358,7 +359,7 @@ def test_bit_noise_defaults_to_expected_clients_over_20():
   assert shares == pytest.approx([1 - bit, bit])
   factory = method.build_aggregator(p)
   assert factory.round_event() == event
-  explicit = dataclasses.replace(p, dpsfl_bit_noise=10.0)
+  explicit = p.replace_options(dpsfl_bit_noise=10.0)
   assert method.round_event(1.2, explicit).events[1] == (
     dp_accounting.GaussianDpEvent(10.0)
   )
@@ -377,11 +378,13 @@ def test_sketch_lr_reaches_the_factory_through_the_runner_params():
   p = methods.MethodParams(
     num_model_params=D,
     expected_clients_per_round=2.0,
-    sketch_rows=5,
-    sketch_columns=400,
-    sketch_k=4,
-    sketch_momentum=0.5,
-    sketch_lr=0.5,
+    options=methods.METHODS['fetchsgd'].options(
+      sketch_rows=5,
+      sketch_columns=400,
+      sketch_k=4,
+      sketch_momentum=0.5,
+      sketch_lr=0.5,
+    ),
     seed=2,
   )
   process = methods.METHODS['fetchsgd'].build_aggregator(p).create(TYPE)
@@ -389,12 +392,5 @@ def test_sketch_lr_reaches_the_factory_through_the_runner_params():
   expected = 0.5 * mean
   expected[7] = 0.0
   np.testing.assert_allclose(_flat(out.result), expected, atol=1e-6)
-  assert (
-    methods.MethodParams(
-      num_model_params=1, expected_clients_per_round=1.0
-    ).sketch_k
-    <= 0.1
-    * methods.MethodParams(
-      num_model_params=1, expected_clients_per_round=1.0
-    ).sketch_columns
-  )
+  defaults = methods.METHODS['fetchsgd'].options()
+  assert defaults.sketch_k <= 0.1 * defaults.sketch_columns

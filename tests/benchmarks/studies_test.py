@@ -47,7 +47,7 @@ def _cmp_run(run_dir, noise_seed):
   from tff_dp import training
 
   run_dir.mkdir()
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     method='cmp_fed', clip=1.0, noise_multiplier=1.0, noise_seed=noise_seed
   )
   sampling = privacy.Sampling(mode='poisson', num_clients=100, rate=0.1)
@@ -92,7 +92,7 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
 
   from tff_dp import training
 
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     method='fl_top_dp', clip=1.0, clip_from_public_round=True
   )
   summary = {

@@ -24,7 +24,7 @@ def _config(tmp_path, name, **kw):
     noise_seed=0,
   )
   base.update(kw)
-  return training.ExperimentConfig(**base)
+  return training.ExperimentConfig.create(**base)
 
 
 def _weights(path):

@@ -26,7 +26,7 @@ def _config(method, noise=0.7, **kwargs):
     noise_seed=0,
   )
   base.update(kwargs)
-  return training.ExperimentConfig(**base)
+  return training.ExperimentConfig.create(**base)
 
 
 def _prepared(method, noise=0.7, **kwargs):

@@ -12,7 +12,7 @@ def test_plots_from_a_tiny_run(tmp_path):
   for method in ('dp_fedavg', 'fedavg'):
     out = tmp_path / method
     training.run_experiment(
-      training.ExperimentConfig(
+      training.ExperimentConfig.create(
         task='heart_disease',
         method=method,
         rounds=3,
@@ -53,12 +53,12 @@ def test_line_styles_are_distinct_past_the_colour_cycle():
 
 @pytest.mark.usefixtures('shared_data_dir')
 def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task='heart_disease', method='dp_fedavg', clients_per_round=4, batch_size=32
   )
   rows = []
   training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method='fedavg',
       rounds=2,

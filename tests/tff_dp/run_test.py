@@ -6,6 +6,7 @@ from absl import flags
 from absl.testing import flagsaver
 import pytest
 
+from tff_dp import methods
 from tff_dp import run
 from tff_dp import training
 
@@ -48,8 +49,13 @@ def _run_flags():
 
 
 def test_every_flag_reaches_the_config():
-  names = {flag.name for flag in _run_flags()}
-  fields = {f.name for f in dataclasses.fields(training.ExperimentConfig)}
+  options = methods.option_fields()
+  # One flag per method option, from the options dataclasses.
+  assert set(run._OPTIONS) == set(options)
+  names = {flag.name for flag in _run_flags()} - set(options)
+  fields = {f.name for f in dataclasses.fields(training.ExperimentConfig)} - {
+    'options'
+  }
   # Every config field has a flag, and every flag but main's own a field.
   assert fields == (names - _NOT_CONFIG - set(_RENAMED)) | set(
     _RENAMED.values()
@@ -57,24 +63,50 @@ def test_every_flag_reaches_the_config():
   was_parsed = flags.FLAGS.is_parsed()
   flags.FLAGS.mark_as_parsed()
   try:
-    assert _each_flag_moves_its_field_alone() == len(fields)
+    assert _each_flag_moves_its_field_alone() == len(fields) + len(options)
   finally:
     if not was_parsed:
       flags.FLAGS.unparse_flags()
 
 
+def _valid_other_value(flag, options_cls):
+  """A value of an option flag, not its default, that its options take."""
+  value = _other_value(flag)
+  if isinstance(flag.parser, (flags.IntegerParser, flags.FloatParser)):
+    candidates = [value]
+    if flag.default:
+      candidates.append(flag.default / 2 if isinstance(value, float) else 2)
+    for candidate in candidates:
+      try:
+        options_cls(**{flag.name: candidate})
+        return candidate
+      except ValueError:
+        pass
+  return value
+
+
 def _each_flag_moves_its_field_alone() -> int:
   checked = 0
+  options = methods.option_fields()
   for flag in _run_flags():
     if flag.name in _NOT_CONFIG:
       continue
-    value = (
-      ['alpha=0.5', 'model=mlp']
-      if flag.name == 'task_option'
-      else _other_value(flag)
-    )
-    with flagsaver.flagsaver(**{flag.name: value}):
+    saved = {}
+    if flag.name in options:
+      # An option flag moves its option, under a method that takes it.
+      method = options[flag.name][1][0]
+      saved['method'] = method
+      value = _valid_other_value(flag, methods.METHODS[method].options)
+    elif flag.name == 'task_option':
+      value = ['alpha=0.5', 'model=mlp']
+    else:
+      value = _other_value(flag)
+    with flagsaver.flagsaver(**saved, **{flag.name: value}):
       config = run.config_from_flags()
+    with flagsaver.flagsaver(**saved):
+      base = run.config_from_flags()
+    if flag.name in options:
+      config, base = config.options, base.options
     field = _RENAMED.get(flag.name, flag.name)
     expected = (
       (('alpha', 0.5), ('model', 'mlp'))
@@ -83,12 +115,15 @@ def _each_flag_moves_its_field_alone() -> int:
     )
     assert getattr(config, field) == expected, flag.name
     # And only that field moved from what the default flags give.
-    base = run.config_from_flags()
     moved = [
       f.name
       for f in dataclasses.fields(config)
       if getattr(config, f.name) != getattr(base, f.name)
     ]
+    if flag.name == 'method':
+      # The method brings its own options, at their defaults.
+      assert config.options == methods.METHODS[value].options()
+      moved.remove('options')
     assert moved == [field], (flag.name, moved)
     checked += 1
   return checked

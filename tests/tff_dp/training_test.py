@@ -38,7 +38,7 @@ def _config(tmp_path, name, **kwargs):
     noise_seed=0,
   )
   base.update(kwargs)
-  return training.ExperimentConfig(**base)
+  return training.ExperimentConfig.create(**base)
 
 
 def _rows(path):
@@ -52,7 +52,7 @@ def _final_weights(output_dir):
 
 
 def test_method_params_from_a_saved_config_equal_the_runs():
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task='fashion_mnist_iid',
     method='cmp_fed',
     cmp_rank=2,
@@ -60,16 +60,17 @@ def test_method_params_from_a_saved_config_equal_the_runs():
     clip=0.8,
     seed=3,
   )
-  saved = json.loads(json.dumps(dataclasses.asdict(config)))
+  saved = json.loads(json.dumps(config.flat()))
   saved['noise_multiplier'] = 99.0  # The run's calibrated value wins.
   kwargs = dict(
     num_model_params=10,
     expected_clients_per_round=5.0,
     noise_multiplier=1.5,
   )
-  from_run = methods.MethodParams.from_config(vars(config), **kwargs)
+  from_run = methods.MethodParams.from_config(config.flat(), **kwargs)
   assert methods.MethodParams.from_config(saved, **kwargs) == from_run
-  assert (from_run.cmp_rank, from_run.cmp_clip_u, from_run.cmp_clip_v) == (
+  o = from_run.options
+  assert (o.cmp_rank, o.cmp_clip_u, o.cmp_clip_v) == (
     2,
     0.5,
     None,
@@ -297,7 +298,7 @@ def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
   # A config.json written before `sketch_hashing` existed lacks it: the
   # run had the default's behaviour, so the same command resumes it, and
   # the other value is a different run.
-  config = _config(tmp_path, 'old', rounds=1)
+  config = _config(tmp_path, 'old', rounds=1, method='fetchsgd')
   old = config.to_dict()
   del old['sketch_hashing']
   out = pathlib.Path(config.output_dir)
@@ -305,9 +306,7 @@ def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
   (out / 'config.json').write_text(json.dumps(old))
   outputs.check_same_config(out, config)
   with pytest.raises(ValueError, match=r'different flags \(sketch_hashing\)'):
-    outputs.check_same_config(
-      out, dataclasses.replace(config, sketch_hashing='block')
-    )
+    outputs.check_same_config(out, config.replace(sketch_hashing='block'))
 
 
 def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
@@ -317,8 +316,8 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   # the clip (methods.LEGACY_DEFAULTS), not with today's default: today's
   # default is a different run, and a rebuilt aggregator gets the old value.
   assert methods.LEGACY_DEFAULTS['top_k_nonprivate_clip'] is True
-  config = _config(tmp_path, 'old', rounds=1)
-  assert config.top_k_nonprivate_clip is False
+  config = _config(tmp_path, 'old', rounds=1, method='fl_top')
+  assert config.options.top_k_nonprivate_clip is False
   old = config.to_dict()
   del old['top_k_nonprivate_clip']
   out = pathlib.Path(config.output_dir)
@@ -328,18 +327,18 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
     ValueError, match=r'different flags \(top_k_nonprivate_clip\)'
   ):
     outputs.check_same_config(out, config)
-  outputs.check_same_config(
-    out, dataclasses.replace(config, top_k_nonprivate_clip=True)
-  )
+  outputs.check_same_config(out, config.replace(top_k_nonprivate_clip=True))
   kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
-  assert methods.MethodParams.from_config(old, **kwargs).top_k_nonprivate_clip
+  assert methods.MethodParams.from_config(
+    old, **kwargs
+  ).options.top_k_nonprivate_clip
   assert not methods.MethodParams.from_config(
     config.to_dict(), **kwargs
-  ).top_k_nonprivate_clip
+  ).options.top_k_nonprivate_clip
 
 
 def test_tuning_outside_ledger_names_cmp_feds_two_clips():
-  config = training.ExperimentConfig(
+  config = training.ExperimentConfig.create(
     task='heart_disease',
     method='cmp_fed',
     clip=1.0,
@@ -348,7 +347,7 @@ def test_tuning_outside_ledger_names_cmp_feds_two_clips():
   )
   steps = outputs.tuning_outside_ledger(config, methods.METHODS['cmp_fed'])
   assert 'clips C1 0.05, C2 1: median rule on a probe run' in steps
-  config = dataclasses.replace(config, method='dp_fedavg')
+  config = config.replace(method='dp_fedavg')
   steps = outputs.tuning_outside_ledger(config, methods.METHODS['dp_fedavg'])
   assert 'clip 1: median rule on a probe run' in steps
 
@@ -361,7 +360,7 @@ def test_tuning_outside_ledger_names_cmp_feds_two_clips():
   ],
 )
 def test_tuning_outside_ledger_names_fl_tops_public_set(task, public_set):
-  config = training.ExperimentConfig(task=task, method='fl_top_dp')
+  config = training.ExperimentConfig.create(task=task, method='fl_top_dp')
   steps = outputs.tuning_outside_ledger(config, methods.METHODS['fl_top_dp'])
   (mask,) = (s for s in steps if 'Top-K mask' in s)
   assert public_set in mask
@@ -370,12 +369,17 @@ def test_tuning_outside_ledger_names_fl_tops_public_set(task, public_set):
 @pytest.mark.parametrize('name', sorted(methods.LEGACY_DEFAULTS))
 def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
   legacy = methods.LEGACY_DEFAULTS[name]
-  assert getattr(training.ExperimentConfig(), name) != legacy
+  # The first method that takes the setting (any method for a common one).
+  method = min(methods.option_fields().get(name, (None, ['dp_fedavg']))[1])
+  config = training.ExperimentConfig.create(method=method)
+  assert config.flat()[name] != legacy
   kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
-  assert getattr(methods.MethodParams(**kwargs), name) != legacy
-  assert getattr(methods.MethodParams.from_config({}, **kwargs), name) == (
-    legacy
-  )
+  today = methods.MethodParams.from_config(config.flat(), **kwargs)
+  old = methods.MethodParams.from_config({'method': method}, **kwargs)
+  if name in methods.option_fields():
+    today, old = today.options, old.options
+  assert getattr(today, name) != legacy
+  assert getattr(old, name) == legacy
 
 
 @pytest.mark.parametrize(
@@ -403,9 +407,15 @@ def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
     (dict(delta=1.0), r'delta must be in \(0, 1\). Found 1.0'),
     (dict(noise_multiplier=None), r'is private: set --noise_multiplier'),
     (dict(clients_per_round=3), r'not both'),
-    (dict(blur_lambda=-1.0), r'blur_lambda must be a finite number >= 0'),
-    (dict(lus_sparsity=1.0), r'lus_sparsity must be in \[0, 1\)'),
-    (dict(randagg_fraction=0.0), r'randagg_fraction must be in \(0, 1\]'),
+    (
+      dict(method='blur', blur_lambda=-1.0),
+      r'blur_lambda must be a finite number >= 0',
+    ),
+    (dict(method='lus', lus_sparsity=1.0), r'lus_sparsity must be in \[0, 1\)'),
+    (
+      dict(method='dp_randagg', randagg_fraction=0.0),
+      r'randagg_fraction must be in \(0, 1\]',
+    ),
     (
       dict(inter_op_threads=-1),
       r'inter_op_threads must be an integer >= 0. Found -1',

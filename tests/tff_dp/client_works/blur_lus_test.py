@@ -207,7 +207,7 @@ def _runner_update_norm(tmp_path, method):
   from tff_dp import training  # pylint: disable=g-import-not-at-top
 
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method=method,
       rounds=1,

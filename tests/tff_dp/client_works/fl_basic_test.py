@@ -92,7 +92,7 @@ def test_runner_method_bytes_and_accounting(heart, tmp_path, method):
   from tff_dp import training  # pylint: disable=g-import-not-at-top
 
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='heart_disease',
       method=method,
       rounds=2,

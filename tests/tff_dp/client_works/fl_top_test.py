@@ -110,7 +110,7 @@ def test_runner_fl_top_keeps_w0_outside_k(shared_data_dir, tmp_path, method):
 
   out = tmp_path / method
   summary = training.run_experiment(
-    training.ExperimentConfig(
+    training.ExperimentConfig.create(
       task='fashion_mnist_iid',
       method=method,
       rounds=1,
@@ -223,7 +223,7 @@ def _public_pairs(task, data_dir, config):
 def _public_config(shared_data_dir, tmp_path, method):
   from tff_dp import training  # pylint: disable=g-import-not-at-top
 
-  return training.ExperimentConfig(
+  return training.ExperimentConfig.create(
     task='fashion_mnist_iid',
     method=method,
     rounds=1,
@@ -288,7 +288,7 @@ def test_public_round_clip_setup(
   from tff_dp import methods  # pylint: disable=g-import-not-at-top
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
 
-  monkeypatch.setattr(methods, 'PUBLIC_ROUND_TRIALS', 8)
+  monkeypatch.setattr(methods.top_k, 'PUBLIC_ROUND_TRIALS', 8)
   config = _public_config(shared_data_dir, tmp_path, method)
   task = tasks.load_task(
     'fashion_mnist_iid', str(shared_data_dir), model_seed=2

@@ -1,5 +1,7 @@
 """Model clipping (seed 003) and CE-FedAvg's difference clipping."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -66,7 +68,7 @@ def test_model_clipping_bounds_the_model_not_the_update(heart):
 def test_ce_fedavg_clips_the_update_difference():
   contexts.set_simulation_context()
   p = methods.MethodParams(num_model_params=3, expected_clients_per_round=2)
-  p = methods.dataclasses.replace(p, clip=1.0)
+  p = dataclasses.replace(p, clip=1.0)
   factory = methods.METHODS['ce_fedavg'].build_aggregator(p)
   process = factory.create(tff.TensorType(np.float32, [3]))
   big = np.array([0.0, 30.0, 40.0], np.float32)  # Norm 50 -> 1.

@@ -1,0 +1,88 @@
+"""FedAvg and DP-FedAvg (fixed and adaptive clip): their options and
+registry entries."""
+
+import dataclasses
+
+from tff_dp.aggregators import dp_fedavg
+from tff_dp.methods import options
+from tff_dp.methods import public_round
+from tff_dp.methods import registry
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveClipOptions(options.Options):
+  """DP-FedAvg with adaptive clipping (Andrew et al. 2021)."""
+
+  target_unclipped_quantile: float = options.option(
+    0.5,
+    'Adaptive clipping target quantile, in (0, 1).',
+    check=options.interval(0, 1, '()'),
+  )
+  clip_learning_rate: float = options.option(
+    0.2,
+    'Adaptive clipping learning rate (>= 0).',
+    check=options.number(positive=False),
+  )
+
+
+def fixed_clip_aggregator(p: registry.MethodParams):
+  return dp_fedavg.gaussian_fixed(
+    p.noise_multiplier,
+    p.expected_clients_per_round,
+    p.clip,
+    noise_seed=p.noise_seed,
+  )
+
+
+registry.register(
+  registry.Method(
+    name='fedavg',
+    description='FedAvg (McMahan et al. 2017), example-weighted, no DP.',
+    private=False,
+    build_aggregator=lambda p: None,
+    upload_bytes=registry.weighted_dense_upload,
+  )
+)
+
+registry.register(
+  registry.Method(
+    name='dp_fedavg',
+    description=(
+      'DP-FedAvg with a fixed clip (McMahan et al. 2018): '
+      'clipped updates, Gaussian noise, uniform weights.'
+    ),
+    private=True,
+    build_aggregator=fixed_clip_aggregator,
+    upload_bytes=registry.dense_upload,
+    round_event=registry.gaussian,
+    event_from_state=True,
+    # --clip_from_public_round: the full update of one public round (seed
+    # 004's FL-STD-DP: "when K = |T| = n, the scheme is equivalent to
+    # FL-STD").
+    setup=public_round.clip_setup(lambda p, task: [None]),
+    public_round_clip=True,
+  )
+)
+
+registry.register(
+  registry.Method(
+    name='dp_fedavg_adaptive',
+    description=(
+      'DP-FedAvg with adaptive clipping (Andrew et al. 2021); '
+      '--clip is the initial clip.'
+    ),
+    private=True,
+    options=AdaptiveClipOptions,
+    build_aggregator=lambda p: dp_fedavg.gaussian_adaptive(
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      initial_clip=p.clip,
+      target_unclipped_quantile=p.options.target_unclipped_quantile,
+      learning_rate=p.options.clip_learning_rate,
+      noise_seed=p.noise_seed,
+    ),
+    upload_bytes=registry.dense_upload,
+    round_event=registry.gaussian,  # The effective multiplier.
+    event_from_state=True,
+  )
+)

@@ -1,0 +1,121 @@
+"""CMP-Fed and UV-Fed (seed 001): low-rank factors by power iteration;
+their options and registry entries."""
+
+import dataclasses
+from typing import Optional
+
+import dp_accounting
+
+from tff_dp.aggregators import cmp_fed
+from tff_dp.methods import options
+from tff_dp.methods import registry
+
+
+@dataclasses.dataclass(frozen=True)
+class LowRankOptions(options.Options):
+  cmp_rank: int = options.option(
+    4, 'CMP-Fed / UV-Fed rank r per layer (>= 1).', check=options.integer(1)
+  )
+  # U's side of each kernel and the phase carrying the vectors.
+  cmp_layout: str = options.option(
+    'out_in',
+    "CMP-Fed/UV-Fed: U on each kernel's output side (out_in, PyTorch's and "
+    "PowerSGD's), input side (in_out, runs before issue #24) or smaller "
+    'side.',
+    choices=cmp_fed.LAYOUTS,
+    legacy='in_out',
+  )
+  cmp_vectors_phase: str = options.option(
+    'v',
+    'CMP-Fed/UV-Fed: the phase whose clipped payload carries the biases: v '
+    '(under --cmp_clip_v) or u (under --cmp_clip_u; runs before issue #24).',
+    choices=cmp_fed.VECTOR_PHASES,
+    legacy='u',
+  )
+  # The model's trainable shapes (setup).
+  model_shapes: tuple = options.computed(())
+
+
+@dataclasses.dataclass(frozen=True)
+class CMPFedOptions(LowRankOptions):
+  cmp_clip_u: Optional[float] = options.option(
+    None,
+    'CMP-Fed phase-1 clip C1 (> 0; default --clip).',
+    check=options.number(positive=True),
+  )
+  cmp_clip_v: Optional[float] = options.option(
+    None,
+    'CMP-Fed phase-2 clip C2 (> 0; default --clip).',
+    check=options.number(positive=True),
+  )
+
+  def clips(self, clip: float) -> tuple[float, float]:
+    """(C1, C2): each phase's clip, `clip` where not set."""
+    return tuple(
+      clip if c is None else c for c in (self.cmp_clip_u, self.cmp_clip_v)
+    )
+
+
+def _with_model_shapes(p: registry.MethodParams, task, data_dir):
+  del data_dir
+  shapes = tuple(
+    tuple(v.shape.as_list()) for v in task.model_builder().trainable_variables
+  )
+  return p.replace_options(model_shapes=shapes)
+
+
+def _method(name: str) -> registry.Method:
+  private = name == 'cmp_fed'
+
+  def aggregator(p: registry.MethodParams):
+    o = p.options
+    layout = dict(layout=o.cmp_layout, vectors_phase=o.cmp_vectors_phase)
+    if not private:
+      return cmp_fed.CMPFedFactory(o.cmp_rank, seed=p.seed, **layout)
+    clip_u, clip_v = o.clips(p.clip)
+    return cmp_fed.CMPFedFactory(
+      o.cmp_rank,
+      noise_multiplier=p.noise_multiplier,
+      clients_per_round=p.expected_clients_per_round,
+      clip_u=clip_u,
+      clip_v=clip_v,
+      seed=p.seed,
+      noise_seed=p.noise_seed,
+      **layout,
+    )
+
+  return registry.Method(
+    name=name,
+    description=(
+      'CMP-Fed (seed 001): rank --cmp_rank power iteration, U then V '
+      'clipped (--cmp_clip_u, --cmp_clip_v; default --clip), noised and '
+      'secure-summed, two phases a round.'
+      if private
+      else 'UV-Fed (seed 001): the rank --cmp_rank power iteration '
+      'without clipping or noise.'
+    ),
+    private=private,
+    options=CMPFedOptions if private else LowRankOptions,
+    build_aggregator=aggregator,
+    upload_bytes=lambda p: cmp_fed.upload_bytes(
+      p.options.model_shapes, p.options.cmp_rank
+    ),
+    extra_download_bytes=lambda p: cmp_fed.extra_download_bytes(
+      p.options.model_shapes, p.options.cmp_rank
+    ),
+    round_event=(
+      (
+        lambda z, p: dp_accounting.ComposedDpEvent(
+          [dp_accounting.GaussianDpEvent(z)] * 2
+        )
+      )
+      if private
+      else None
+    ),
+    event_from_state=private,
+    setup=_with_model_shapes,
+  )
+
+
+registry.register(_method('cmp_fed'))
+registry.register(_method('uv_fed'))

@@ -1,0 +1,165 @@
+"""A method's options: one typed dataclass, each field with its flag help,
+its allowed range and, if any, its legacy default, validated on creation."""
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+# Field metadata keys.
+_HELP = 'help'
+_CHECK = 'check'
+_CHOICES = 'choices'
+_LEGACY = 'legacy'
+_FLAG = 'flag'
+
+Check = Callable[[str, Any], None]
+
+
+def option(
+  default: Any,
+  help: str,  # pylint: disable=redefined-builtin
+  *,
+  check: Optional[Check] = None,
+  choices: Optional[tuple[str, ...]] = None,
+  legacy: Any = dataclasses.MISSING,
+) -> Any:
+  """A method option: a field that is also the absl flag of the same name.
+
+  Args:
+    default: The value when neither the flag nor the caller sets it.
+    help: The flag's help (say the allowed range).
+    check: `check(name, value)` raises ValueError naming the value and its
+      allowed range; None values of an optional option are not checked.
+    choices: The allowed strings (an enum flag).
+    legacy: The behaviour runs recorded before this option existed had, when
+      it differs from `default`: a saved config without the key is read
+      with this value (resumed runs, rebuilt aggregators).
+  """
+  metadata = {_HELP: help, _CHECK: check, _CHOICES: choices, _FLAG: True}
+  if legacy is not dataclasses.MISSING:
+    metadata[_LEGACY] = legacy
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def computed(default: Any = None) -> Any:
+  """A value a method's setup fills in (no flag, not in the saved config)."""
+  return dataclasses.field(
+    default=default, compare=False, metadata={_FLAG: False}
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """Base of every method's options (a method without options uses it)."""
+
+  def __post_init__(self):
+    for f in flag_fields(type(self)):
+      value = getattr(self, f.name)
+      if value is None:
+        continue
+      if f.metadata[_CHOICES] is not None and value not in f.metadata[_CHOICES]:
+        raise ValueError(
+          f'{f.name} must be one of {f.metadata[_CHOICES]}. Found {value!r}.'
+        )
+      if f.metadata[_CHECK] is not None:
+        f.metadata[_CHECK](f.name, value)
+
+  def check_run(self, config) -> None:
+    """Checks that need the run's other settings (an `ExperimentConfig`)."""
+    del config
+
+  def to_flat(self) -> dict[str, Any]:
+    """The options under their flag names (as saved in config.json)."""
+    return {f.name: getattr(self, f.name) for f in flag_fields(type(self))}
+
+
+def flag_fields(cls) -> list[dataclasses.Field]:
+  return [f for f in dataclasses.fields(cls) if f.metadata.get(_FLAG)]
+
+
+def help_of(f: dataclasses.Field) -> str:
+  return f.metadata[_HELP]
+
+
+def choices_of(f: dataclasses.Field) -> Optional[tuple[str, ...]]:
+  return f.metadata[_CHOICES]
+
+
+def legacy_defaults(cls) -> dict[str, Any]:
+  return {
+    f.name: f.metadata[_LEGACY]
+    for f in flag_fields(cls)
+    if _LEGACY in f.metadata
+  }
+
+
+def from_flat(cls, flat: Mapping[str, Any], *, legacy: bool = False):
+  """`cls` from a flat mapping (a saved config); other keys are ignored.
+
+  A missing key takes its legacy value if `legacy` (a config saved before
+  the option existed), else its default.
+  """
+  old = legacy_defaults(cls) if legacy else {}
+  values = {}
+  for f in flag_fields(cls):
+    if f.name in flat:
+      values[f.name] = flat[f.name]
+    elif f.name in old:
+      values[f.name] = old[f.name]
+  return cls(**values)
+
+
+# Checks (`check(name, value)`), each naming the value and its range.
+
+
+def integer(minimum: int) -> Check:
+  def check(name, value):
+    if (
+      isinstance(value, bool)
+      or not isinstance(value, (int, np.integer))
+      or value < minimum
+    ):
+      raise ValueError(
+        f'{name} must be an integer >= {minimum}. Found {value!r}.'
+      )
+
+  return check
+
+
+def number(*, positive: bool) -> Check:
+  """A finite number, > 0 if `positive` else >= 0."""
+
+  def check(name, value):
+    ok = (
+      isinstance(value, (int, float))
+      and not isinstance(value, bool)
+      and math.isfinite(value)
+      and (value > 0 if positive else value >= 0)
+    )
+    if not ok:
+      raise ValueError(
+        f'{name} must be a finite number '
+        f'{"> 0" if positive else ">= 0"}. Found {value!r}.'
+      )
+
+  return check
+
+
+def interval(low: float, high: float, closed: str) -> Check:
+  """A number in the interval; `closed` is '()', '(]', '[)' or '[]'."""
+
+  def check(name, value):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+      ok = (low <= value if closed[0] == '[' else low < value) and (
+        value <= high if closed[1] == ']' else value < high
+      )
+    if not ok:
+      raise ValueError(
+        f'{name} must be in {closed[0]}{low:g}, {high:g}{closed[1]}. '
+        f'Found {value!r}.'
+      )
+
+  return check
