@@ -31,6 +31,9 @@ from absl import logging
 import grpc
 import portpicker
 from tensorflow_federated.python.core.backends.native import (
+  execution_contexts as native_contexts,
+)
+from tensorflow_federated.python.core.backends.native import (
   mergeable_comp_compiler,
 )
 from tensorflow_federated.python.core.backends.test import (
@@ -95,9 +98,18 @@ def start_local_workers(
 
 
 def stop_local_workers() -> None:
-  """Ends every worker this process started with `start_local_workers`."""
+  """Ends every worker this process started with `start_local_workers`.
+
+  If the installed context is a distributed one, it is replaced by TFF's
+  default (the one `import tensorflow_federated` installs): its workers may
+  be these, and a later computation in this process would otherwise wait
+  on them forever.
+  """
   stop_workers(_STARTED)
   _STARTED.clear()
+  if isinstance(context_stack_impl.context_stack.current, _DistributedContext):
+    _STUBS.clear()
+    native_contexts.set_sync_local_cpp_execution_context()
 
 
 def stop_workers(workers: Sequence[subprocess.Popen]) -> None:

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_dp import distributed
 from tff_dp import training
@@ -52,6 +54,14 @@ def test_two_local_workers_equal_the_single_process_run(tmp_path, method):
   assert one['bytes_up_total'] == two['bytes_up_total']
   # Both workers were ended.
   assert not distributed._STARTED  # pylint: disable=protected-access
+  # And TFF still runs in this process: the context over the ended workers
+  # is gone (a computation used to wait on them forever).
+  assert _one() == 1
+
+
+@tff.tensorflow.computation
+def _one():
+  return tf.constant(1)
 
 
 # `make test-slow`; the workers' fast smoke is the dp_fedavg case above.
