@@ -11,6 +11,19 @@ from tensorflow_federated.python.aggregators import factory_utils
 DPAggregatorState = differential_privacy.DPAggregatorState
 
 
+def extract_dp_event_from_state(state):
+  """TFF's `differential_privacy.extract_dp_event_from_state` (not exported
+  by `tff.aggregators` in 0.87): the event of a `DPAggregatorState` after
+  `next`; raises `ExtractingDpEventFromInitialStateError` on the state from
+  `initialize`."""
+  return differential_privacy.extract_dp_event_from_state(state)
+
+
+ExtractingDpEventFromInitialStateError = (
+  differential_privacy.ExtractingDpEventFromInitialStateError
+)
+
+
 def adaptive_clip_noise_params(
   noise_multiplier: float,
   expected_clients_per_round: float,

@@ -77,6 +77,7 @@ import tensorflow_federated as tff
 
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import weighting
 
 
 LAYOUTS = ('out_in', 'in_out', 'min_side')
@@ -155,7 +156,9 @@ def signal_share(mean_norm: float, noise_energy: float) -> float:
   return max(0.0, 1.0 - noise_energy / mean_norm**2)
 
 
-class CMPFedFactory(tff.aggregators.UnweightedAggregationFactory):
+class CMPFedFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
   """CMP-Fed (private) or UV-Fed (see the module docstring)."""
 
   def __init__(

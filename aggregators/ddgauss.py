@@ -104,6 +104,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import weighting
 
 DEFAULT_BETA = math.exp(-0.5)
 DEFAULT_MODCLIP_PROB = 1e-4
@@ -384,7 +385,9 @@ def protobuf_supports_ddgauss() -> bool:
   return api_implementation.Type() == 'python'
 
 
-class _GatedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
+class _GatedMeanFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
   """Sums with TFF's DDGauss sum; releases sum / denominator, or withholds.
 
   A round whose participant count (TFF's `actual_num_clients`, from secure

@@ -24,6 +24,13 @@ import tensorflow_privacy as tfp
 
 from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import weighting
+
+
+class DPFactory(
+  tff.aggregators.DifferentiallyPrivateFactory, weighting.Weightable
+):
+  """TFF's `DifferentiallyPrivateFactory`, with `weighted()` (uniform)."""
 
 
 def _check(name: str, value, *, positive: bool) -> None:
@@ -46,7 +53,7 @@ def gaussian_fixed(
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
-) -> tff.aggregators.DifferentiallyPrivateFactory:
+) -> DPFactory:
   """DP-FedAvg with a fixed clip: mean of clipped updates plus Gaussian noise.
 
   Each client's update is clipped to L2 norm `clip`; the sum gets
@@ -76,9 +83,7 @@ def gaussian_fixed(
     ),
     denominator=float(clients_per_round),
   )
-  return tff.aggregators.DifferentiallyPrivateFactory(
-    query, record_aggregation_factory
-  )
+  return DPFactory(query, record_aggregation_factory)
 
 
 def gaussian_adaptive(
@@ -93,7 +98,7 @@ def gaussian_adaptive(
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
-) -> tff.aggregators.DifferentiallyPrivateFactory:
+) -> DPFactory:
   """DP-FedAvg with the adaptive clip of Andrew et al. (2021).
 
   The clip follows a private geometric quantile estimate of the update
@@ -157,6 +162,4 @@ def gaussian_adaptive(
     seed=noise_seed,
   )
   query = tfp.NormalizedQuery(query, denominator=float(clients_per_round))
-  return tff.aggregators.DifferentiallyPrivateFactory(
-    query, record_aggregation_factory
-  )
+  return DPFactory(query, record_aggregation_factory)

@@ -66,6 +66,7 @@ import tensorflow_federated as tff
 from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import weighting
 
 
 CLIP_SCOPES = ('update', 'payload')
@@ -100,7 +101,9 @@ def draw_random_coordinates(round_seed: tf.Tensor, dim: int, k: int):
   return tf.sort(indices), seeds[1]
 
 
-class DPRandAggFactory(tff.aggregators.UnweightedAggregationFactory):
+class DPRandAggFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
   """DP-RandAgg aggregation factory (see module docstring)."""
 
   def __init__(

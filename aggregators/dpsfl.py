@@ -102,6 +102,7 @@ from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import finite_guard
+from tff_dp.aggregators import weighting
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
 IMPACT_RULES = ('relative', 'absolute')
@@ -196,7 +197,9 @@ def round_event(
   )
 
 
-class SketchAggregatorFactory(tff.aggregators.UnweightedAggregationFactory):
+class SketchAggregatorFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
   """FetchSGD / DPSFL / DPSFL-AC (see the module docstring)."""
 
   def __init__(

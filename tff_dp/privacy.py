@@ -46,6 +46,8 @@ import dp_accounting
 from dp_accounting import pld
 from dp_accounting import rdp
 
+from tff_dp.aggregators import dp_events
+
 SAMPLING_MODES = ('poisson', 'fixed')
 _EVENT_TYPES = {
   cls.__name__: cls
@@ -101,23 +103,7 @@ def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
   are converted to Python numbers.
   """
   event = dp_accounting.DpEvent.from_named_tuple(nt)
-  return _to_python_numbers(event)
-
-
-def _to_python_numbers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-  changes = {}
-  for field in attr.fields(type(event)):
-    value = getattr(event, field.name)
-    if isinstance(value, dp_accounting.DpEvent):
-      changes[field.name] = _to_python_numbers(value)
-    elif isinstance(value, (list, tuple)):
-      changes[field.name] = [
-        _to_python_numbers(v) if isinstance(v, dp_accounting.DpEvent) else v
-        for v in value
-      ]
-    elif hasattr(value, 'item'):
-      changes[field.name] = value.item()
-  return attr.evolve(event, **changes) if changes else event
+  return dp_events.to_python_numbers(event)
 
 
 def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:

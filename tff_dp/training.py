@@ -45,6 +45,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
+from tff_dp.aggregators import dp_events
 from tff_dp.client_works import diagnostics
 from tff_dp import distributed
 from tff_dp import methods as methods_lib
@@ -65,27 +66,9 @@ from tff_dp.preparation import prepare  # noqa: F401 (API)
 from tff_dp.preparation import Prepared  # noqa: F401 (API)
 
 
-def find_dp_events(structure) -> list[dp_accounting.DpEvent]:
-  """Events kept in (nested) TFF `DPAggregatorState`s of an aggregator state."""
-  found = []
-
-  def walk(x):
-    if hasattr(x, 'dp_event') and hasattr(x, 'is_init_state'):
-      found.append(privacy.event_from_named_tuple(x.dp_event))
-      walk(x.agg_state)
-      return
-    if isinstance(x, dict):
-      for v in x.values():
-        walk(v)
-    elif isinstance(x, (list, tuple)):
-      for v in x:
-        walk(v)
-    elif hasattr(x, '__attrs_attrs__'):
-      for f in x.__attrs_attrs__:
-        walk(getattr(x, f.name))
-
-  walk(structure)
-  return found
+# The events of the TFF DP states nested in an aggregator state (the
+# public reader, `tff_dp.aggregators.dp_events`).
+find_dp_events = dp_events.events_in_state
 
 
 def released_event(
