@@ -1,0 +1,389 @@
+"""Every public factory and client work in stock TFF builders, as a user
+drops them in: a model of the user's own (a 1-D conv net on 24-step series,
+which the project never uses), 3 clients a round, TFF's test context.
+
+Each process runs 2 rounds; the test checks that the model moved, stayed
+finite, and that the round's DP event reads back as documented
+(`tff_dp.aggregators.dp_events`). DDGauss needs pure-Python protobuf inside
+a learning process (`ddgauss.protobuf_supports_ddgauss`), so its drop-in
+runs in a subprocess under `make test-slow`.
+"""
+
+import os
+import subprocess
+import sys
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.aggregators import cmp_fed
+from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import dp_events
+from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_randagg
+from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import weighting
+from tff_dp.client_works import blur
+from tff_dp.client_works import fl_top
+from tff_dp.client_works import lus
+from tff_dp.client_works import model_clip
+
+_STEPS, _FEATURES, _CLASSES, _CLIENTS = 24, 2, 3, 3
+_Z = 0.5  # Every private factory's noise multiplier.
+
+
+def _keras_model():
+  layers = tf.keras.layers
+  return tf.keras.Sequential(
+    [
+      layers.InputLayer(input_shape=(_STEPS, _FEATURES)),
+      layers.Conv1D(4, 3, activation='relu'),
+      layers.GlobalAveragePooling1D(),
+      layers.Dense(_CLASSES),
+    ]
+  )
+
+
+def _model_fn():
+  return tff.learning.models.from_keras_model(
+    _keras_model(),
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    input_spec=(
+      tf.TensorSpec([None, _STEPS, _FEATURES], tf.float32),
+      tf.TensorSpec([None], tf.int32),
+    ),
+    metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+  )
+
+
+def _shapes():
+  return [tuple(v.shape) for v in _keras_model().trainable_variables]
+
+
+def _client_data():
+  rng = np.random.default_rng(0)
+  data = []
+  for _ in range(_CLIENTS):
+    x = rng.normal(size=(12, _STEPS, _FEATURES)).astype(np.float32)
+    y = rng.integers(0, _CLASSES, size=12).astype(np.int32)
+    data.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
+  return data
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _tff_test_context():
+  tff.backends.test.set_sync_test_cpp_execution_context()
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(lr)
+
+
+def _run_two_rounds(process):
+  state = process.initialize()
+  before = [np.array(w) for w in process.get_model_weights(state).trainable]
+  data = _client_data()
+  for _ in range(2):
+    output = process.next(state, data)
+    state = output.state
+  after = [np.array(w) for w in process.get_model_weights(state).trainable]
+  assert all(np.all(np.isfinite(w)) for w in after)
+  moved = sum(float(np.sum(np.abs(a - b))) for a, b in zip(after, before))
+  assert moved > 0, 'the model did not move in 2 rounds'
+  return state, output.metrics
+
+
+def _gaussian(z=_Z):
+  return dp_accounting.GaussianDpEvent(z)
+
+
+def _in_state(state, metrics, factory):
+  del metrics, factory
+  return dp_events.events_in_state(state.aggregator)
+
+
+def _declared(state, metrics, factory):
+  del state, metrics
+  return [factory.round_event()]
+
+
+def _adaptive_merged(state, metrics, factory):
+  # Andrew et al.'s two releases (the sum and the clipped count) merge to
+  # the effective multiplier the factory was given.
+  (event,) = _in_state(state, metrics, factory)
+  inverse_squares = [1 / e.noise_multiplier**2 for e in event.events]
+  return [dp_accounting.GaussianDpEvent(sum(inverse_squares) ** -0.5)]
+
+
+# name: (factory, event reader, the events that must come back).
+_FACTORIES = {
+  'gaussian_fixed': (
+    lambda: dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0, noise_seed=1),
+    _in_state,
+    [_gaussian()],
+  ),
+  'gaussian_adaptive': (
+    lambda: dp_fedavg.gaussian_adaptive(
+      _Z, _CLIENTS, initial_clip=0.5, clipped_count_stddev=1.0, noise_seed=1
+    ),
+    _adaptive_merged,
+    [_gaussian()],
+  ),
+  'dp_randagg': (
+    lambda: dp_randagg.DPRandAggFactory(
+      _Z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1
+    ),
+    _in_state,
+    [_gaussian()],
+  ),
+  'randagg_nonprivate': (
+    lambda: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
+    _in_state,
+    [],
+  ),
+  'cmp_fed': (
+    lambda: cmp_fed.cmp_fed(
+      1,
+      noise_multiplier=_Z,
+      clients_per_round=_CLIENTS,
+      clip_u=1.0,
+      clip_v=1.0,
+      noise_seed=1,
+    ),
+    _in_state,
+    [_gaussian(), _gaussian()],
+  ),
+  'uv_fed': (lambda: cmp_fed.uv_fed(1), _in_state, []),
+  'fetchsgd': (lambda: dpsfl.fetchsgd(3, 20, 5), _in_state, []),
+  'dpsfl': (
+    lambda: dpsfl.dpsfl(
+      3,
+      20,
+      5,
+      noise_multiplier=_Z,
+      clients_per_round=_CLIENTS,
+      clip=1.0,
+      noise_seed=1,
+    ),
+    _declared,
+    [_gaussian()],
+  ),
+  'dpsfl_ac': (
+    lambda: dpsfl.dpsfl_ac(
+      3,
+      20,
+      5,
+      noise_multiplier=_Z,
+      clients_per_round=_CLIENTS,
+      initial_clip=1.0,
+      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=2.0),
+      noise_seed=1,
+    ),
+    _declared,
+    [
+      dp_accounting.ComposedDpEvent(
+        [_gaussian(), dp_accounting.GaussianDpEvent(2.0)]
+      )
+    ],
+  ),
+}
+
+
+def _check_events(read, factory, state, metrics, want):
+  got = read(state, metrics, factory)
+  assert len(got) == len(want), got
+  for g, w in zip(got, want):
+    if isinstance(w, dp_accounting.GaussianDpEvent):
+      assert isinstance(g, dp_accounting.GaussianDpEvent), g
+      assert g.noise_multiplier == pytest.approx(w.noise_multiplier, rel=1e-6)
+    else:
+      assert g == w
+
+
+@pytest.mark.parametrize('name', sorted(_FACTORIES))
+def test_factory_in_build_unweighted_fed_avg(name):
+  make, read, want = _FACTORIES[name]
+  factory = make()
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+    _model_fn,
+    client_optimizer_fn=_sgd(0.1),
+    server_optimizer_fn=_sgd(1.0),
+    model_aggregator=factory,
+  )
+  state, metrics = _run_two_rounds(process)
+  _check_events(read, factory, state, metrics, want)
+
+
+@pytest.mark.parametrize('name', sorted(_FACTORIES))
+def test_factory_weighted_in_build_weighted_fed_avg(name):
+  make, read, want = _FACTORIES[name]
+  factory = make()
+  weighted = factory.weighted()
+  assert isinstance(weighted, tff.aggregators.WeightedAggregationFactory)
+  assert weighted.unweighted is factory
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    _model_fn,
+    client_optimizer_fn=_sgd(0.1),
+    server_optimizer_fn=_sgd(1.0),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    model_aggregator=weighted,
+  )
+  state, metrics = _run_two_rounds(process)
+  _check_events(read, factory, state, metrics, want)
+
+
+def test_weighted_form_ignores_the_weights():
+  # The same updates under very different weights give the same mean.
+  factory = dp_fedavg.gaussian_fixed(0.0, 2, 10.0).weighted()
+  process = factory.create(
+    tff.TensorType(np.float32, [2]), tff.TensorType(np.float32)
+  )
+  values = [np.array([1.0, 2.0], np.float32), np.array([3.0, 6.0], np.float32)]
+  state = process.initialize()
+  even = process.next(state, values, [1.0, 1.0]).result
+  skewed = process.next(state, values, [1.0, 1000.0]).result
+  np.testing.assert_allclose(even, [2.0, 4.0], rtol=1e-6)
+  np.testing.assert_allclose(skewed, even, rtol=1e-6)
+
+
+def test_unweighted_factory_is_refused_by_the_weighted_builder():
+  # Why `weighted()` exists: TFF's own error, before any round runs.
+  with pytest.raises(TypeError):
+    tff.learning.algorithms.build_weighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=_sgd(0.1),
+      model_aggregator=dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0),
+    )
+
+
+def test_uniformly_weighted_names_what_it_takes():
+  with pytest.raises(TypeError, match='Found MeanFactory'):
+    weighting.UniformlyWeighted(tff.aggregators.MeanFactory())
+
+
+def _compose(client_work, aggregator_factory):
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(_model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  return tff.learning.templates.compose_learning_process(
+    initial_model_weights_fn,
+    tff.learning.templates.build_broadcast_process(weights_type),
+    client_work,
+    aggregator_factory.create(
+      weights_type.trainable, tff.TensorType(np.float32)
+    ),
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(1.0), weights_type
+    ),
+  )
+
+
+def _optimizer():
+  return tff.learning.optimizers.build_sgdm(0.1)
+
+
+_K = 20  # Of the model's 43 trainable scalars.
+_CLIENT_WORKS = {
+  'blur': lambda: blur.build_blur_client_work(
+    _model_fn, _optimizer(), lam=0.4, clip_norm=1.0
+  ),
+  'lus': lambda: lus.build_lus_client_work(
+    _model_fn, _optimizer(), sparsity=0.5
+  ),
+  'blur_lus': lambda: lus.build_lus_client_work(
+    _model_fn, _optimizer(), sparsity=0.5, blur_lam=0.4, clip_norm=1.0
+  ),
+  'fl_top': lambda: fl_top.build_masked_client_work(
+    _model_fn, _optimizer(), masks=fl_top.random_masks(_shapes(), _K, seed=3)
+  ),
+  'fl_basic': lambda: fl_top.build_random_subset_client_work(
+    _model_fn, _optimizer(), num_coordinates=_K, seed=3
+  ),
+  'model_clip': lambda: model_clip.build_model_clip_client_work(
+    _model_fn, _optimizer(), clip=1.0
+  ),
+}
+
+
+@pytest.mark.parametrize('name', sorted(_CLIENT_WORKS))
+def test_client_work_in_compose_learning_process(name):
+  # Each client work with the DP mean it is run with (weighted form).
+  factory = dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0, noise_seed=1)
+  process = _compose(_CLIENT_WORKS[name](), factory.weighted())
+  state, _ = _run_two_rounds(process)
+  (event,) = dp_events.events_in_state(state.aggregator)
+  assert event == _gaussian()
+
+
+def test_client_work_with_tff_mean():
+  # And with a stock TFF aggregator, no DP.
+  process = _compose(_CLIENT_WORKS['blur'](), tff.aggregators.MeanFactory())
+  state, _ = _run_two_rounds(process)
+  assert dp_events.events_in_state(state.aggregator) == []
+
+
+def test_events_in_state_refuses_the_initial_state():
+  factory = dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0)
+  process = factory.create(tff.TensorType(np.float32, [2]))
+  with pytest.raises(Exception, match='initialize'):
+    dp_events.events_in_state(process.initialize())
+
+
+def test_ddgauss_in_both_builders_in_process():
+  """Run by `test_ddgauss_drop_in` in a pure-Python-protobuf subprocess."""
+  if not ddgauss.protobuf_supports_ddgauss():
+    pytest.skip('needs PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python')
+  factory = ddgauss.ddgauss_mean(_Z, _CLIENTS, 1.0, min_clients=2, bits=16)
+  for process in (
+    tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=_sgd(0.1),
+      server_optimizer_fn=_sgd(1.0),
+      model_aggregator=factory,
+    ),
+    tff.learning.algorithms.build_weighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=_sgd(0.1),
+      server_optimizer_fn=_sgd(1.0),
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      model_aggregator=factory.weighted(),
+    ),
+  ):
+    _, metrics = _run_two_rounds(process)
+    measurements = metrics['aggregator']
+    assert measurements['released'] == 1
+    event = ddgauss.round_event_from_measurements(measurements)
+    assert isinstance(event, dp_accounting.GaussianDpEvent)
+    assert event.noise_multiplier > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1300)
+def test_ddgauss_drop_in():
+  env = dict(
+    os.environ,
+    TF_CPP_MIN_LOG_LEVEL='3',
+    PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION='python',
+  )
+  done = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'pytest',
+      '-q',
+      '-p',
+      'no:cacheprovider',
+      f'{__file__}::test_ddgauss_in_both_builders_in_process',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=1200,
+    env=env,
+  )
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+  assert '1 passed' in done.stdout
