@@ -2,6 +2,7 @@
 registry entries."""
 
 import dataclasses
+from typing import Optional
 
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.methods import options
@@ -22,6 +23,14 @@ class AdaptiveClipOptions(options.Options):
     0.2,
     'Adaptive clipping learning rate (>= 0).',
     check=options.number(positive=False),
+  )
+  # None: TFF's default, 0.05 x expected clients per round.
+  clipped_count_stddev: Optional[float] = options.option(
+    None,
+    "Adaptive clipping: the clipped count's noise stddev (> 0); it must "
+    'exceed --noise_multiplier / 2. Default: 0.05 x expected clients per '
+    "round (TFF's), too small for cohorts under 10 x the multiplier.",
+    check=options.number(positive=True),
   )
 
 
@@ -79,6 +88,7 @@ registry.register(
       initial_clip=p.clip,
       target_unclipped_quantile=p.options.target_unclipped_quantile,
       learning_rate=p.options.clip_learning_rate,
+      clipped_count_stddev=p.options.clipped_count_stddev,
       noise_seed=p.noise_seed,
     ),
     upload_bytes=registry.dense_upload,

@@ -1,0 +1,119 @@
+"""`python -m tff_dp.run` end to end for every registered method.
+
+One round on the tiny real heart-disease task per method, as a user runs
+it: the binary exits 0, writes its row and summary, accounts a private
+method's round and counts its bytes. DDGauss needs pure-Python protobuf
+(minutes per run): its end-to-end run is
+`ddgauss_test.test_ddgauss_run_end_to_end_with_honest_ledger`, under
+`make test-slow`.
+"""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tff_dp import methods
+from tff_dp import preparation
+from tff_dp import training
+
+pytestmark = pytest.mark.usefixtures('shared_data_dir')
+
+_BASE = [
+  '--task=heart_disease',
+  '--rounds=1',
+  '--client_sampling_rate=0.75',
+  '--delta=1e-3',
+  '--batch_size=32',
+  '--local_steps=2',
+  '--eval_every=1',
+]
+# Flags a method needs on this task beyond its defaults (why, per row).
+_EXTRA = {
+  # The sketch's defaults (100,000 columns, k = 10,000) exceed the model.
+  'fetchsgd': ['--sketch_columns=200', '--sketch_k=20'],
+  'dpsfl': ['--sketch_columns=200', '--sketch_k=20'],
+  'dpsfl_ac': ['--sketch_columns=200', '--sketch_k=20'],
+  # FL-TOP picks its Top-K from a server-held batch (patients held out).
+  'fl_top': ['--task_option=server_batch_size=100'],
+  'fl_top_dp': ['--task_option=server_batch_size=100'],
+}
+_SLOW = {'ddgauss'}
+_NOISE = 0.2  # Below 2 x the adaptive clip's default count noise here.
+
+
+def _cases():
+  return [
+    pytest.param(name, marks=pytest.mark.slow) if name in _SLOW else name
+    for name in sorted(methods.METHODS)
+  ]
+
+
+def test_every_method_has_a_case():
+  assert {c if isinstance(c, str) else c.values[0] for c in _cases()} == set(
+    methods.METHODS
+  )
+
+
+@pytest.mark.parametrize('name', _cases())
+def test_binary_runs_one_round(tmp_path, name):
+  method = methods.METHODS[name]
+  out = tmp_path / name
+  cmd = (
+    [sys.executable, '-m', 'tff_dp.run', f'--method={name}']
+    + _BASE
+    + _EXTRA.get(name, [])
+    + (
+      [f'--noise_multiplier={_NOISE}', '--noise_seed=0']
+      if method.private
+      else []
+    )
+    + [f'--root_output_dir={out}']
+  )
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  done = subprocess.run(
+    cmd, capture_output=True, text=True, timeout=600, env=env
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'final:' in done.stdout
+
+  with open(out / 'metrics.csv') as f:
+    (row,) = list(csv.DictReader(f))
+  assert row['round'] == '1'
+  assert math.isfinite(float(row['train_loss']))
+  assert 0 < float(row['bytes_up_per_client']) <= float(row['bytes_up_total'])
+  assert float(row['bytes_down_per_client']) > 0
+
+  summary = json.loads((out / 'summary.json').read_text())
+  assert summary['config']['method'] == name
+  assert summary['rounds_completed'] == 1
+  assert summary['privacy']['private'] is method.private
+  if method.private:
+    assert summary['noise_multiplier'] == pytest.approx(_NOISE)
+    assert 0 < summary['epsilon_rdp'] < math.inf
+    assert 0 < summary['epsilon_pld'] < math.inf
+    assert summary['dp_events'], 'no DP event recorded'
+    assert float(row['epsilon_rdp']) == pytest.approx(summary['epsilon_rdp'])
+  else:
+    assert not summary['dp_events']
+
+
+def test_adaptive_clip_small_cohort_names_the_flag(tmp_path):
+  # 3 expected clients: TFF's default count noise (0.15) is below z / 2.
+  config = training.ExperimentConfig.create(
+    task='heart_disease',
+    method='dp_fedavg_adaptive',
+    client_sampling_rate=0.75,
+    noise_multiplier=0.5,
+    delta=1e-3,
+    output_dir=str(tmp_path / 'small'),
+  )
+  with pytest.raises(ValueError, match='Pass a larger clipped_count_stddev'):
+    preparation.prepare(config)
+  # The flag it names is there and takes the run through.
+  prepared = preparation.prepare(config.replace(clipped_count_stddev=1.0))
+  assert prepared.params.options.clipped_count_stddev == 1.0
