@@ -5,7 +5,9 @@ Sources, in order:
      the data directory or `~/.keras/datasets`;
   2. `cifar10_jpeg.npz` in the data directory (the JPEG copy described in the
      data README), decoded once with Pillow into
-     `$TFF_DP_CACHE_DIR/cifar10_decoded.npz` (default `~/.cache/tff_dp`).
+     `$TFF_DP_CACHE_DIR/cifar10_decoded.npz` (default `~/.cache/tff_dp`);
+  3. A prepared TFDS `cifar10` (see `tfds_data`), put back in the official
+     order.
 """
 
 import hashlib
@@ -26,12 +28,15 @@ from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
 from tff_dp.tasks import task as task_lib
+from tff_dp.tasks import tfds_data
 
 _SOURCE = (
   'CIFAR-10 (Krizhevsky 2009) comes from keras.datasets.cifar10 '
   '(~/.keras/datasets/cifar-10-batches-py) or as cifar10_jpeg.npz '
   '(keys jpeg_train, offsets_train, y_train, jpeg_test, offsets_test, '
-  'y_test).'
+  'y_test), or as a prepared TFDS cifar10 '
+  "(tfds.builder('cifar10').download_and_prepare(), in "
+  '~/tensorflow_datasets or $TFDS_DATA_DIR).'
 )
 
 
@@ -94,18 +99,33 @@ def _load_jpeg_npz(path: pathlib.Path):
 
 
 def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
-  """Returns `(x_train, y_train, x_test, y_test)`, uint8, NHWC."""
+  """Returns `(x_train, y_train, x_test, y_test)`, uint8, NHWC.
+
+  Images `(N, 32, 32, 3)`, labels 0-9; 50,000 train and 10,000 test in the
+  real data.
+  """
   root = data_dir_lib.resolve_data_dir(data_dir)
+  tried = []
   for folder in (
     root / 'cifar-10-batches-py',
     data_dir_lib.KERAS_CACHE_DIR / 'cifar-10-batches-py',
   ):
+    tried.append(str(folder / 'test_batch'))
     if (folder / 'test_batch').exists():
       return _load_pickled_batches(folder)
-  path = data_dir_lib.find_file(
-    data_dir, ['cifar10_jpeg.npz'], source_hint=_SOURCE
-  )
-  return _load_jpeg_npz(path)
+  try:
+    path = data_dir_lib.find_file(
+      data_dir, ['cifar10_jpeg.npz'], source_hint=_SOURCE
+    )
+  except data_dir_lib.DataNotFoundError as npz_error:
+    tried += npz_error.tried
+  else:
+    return _load_jpeg_npz(path)
+  try:
+    return tfds_data.cifar10_arrays(data_dir)
+  except data_dir_lib.DataNotFoundError as tfds_error:
+    tried += tfds_error.tried
+  raise data_dir_lib.not_found(tried, _SOURCE)
 
 
 SPLITS = ('dirichlet', 'class_balanced_overlap')

@@ -9,7 +9,7 @@ Decoded caches (e.g. CIFAR-10 pixels) go to `TFF_DP_CACHE_DIR`, default
 
 import os
 import pathlib
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -24,7 +24,15 @@ KERAS_CACHE_DIR = pathlib.Path('~/.keras/datasets').expanduser()
 
 
 class DataNotFoundError(FileNotFoundError):
-  """A dataset file is missing; the message says where such data comes from."""
+  """A dataset file is missing; the message says where such data comes from.
+
+  `tried` holds the paths looked at (a loader with several sources joins
+  them into one error, see `not_found`).
+  """
+
+  def __init__(self, message: str = '', tried: tuple[str, ...] = ()):
+    super().__init__(message)
+    self.tried = tuple(tried)
 
 
 def resolve_data_dir(data_dir: Optional[PathLike] = None) -> pathlib.Path:
@@ -74,7 +82,23 @@ def find_file(
       tried.append(str(path))
       if path.exists():
         return path
-  raise DataNotFoundError(
+  raise not_found(tried, source_hint)
+
+
+def not_found(
+  tried: Sequence[str], source_hint: str, note: str = ''
+) -> DataNotFoundError:
+  """The error of a loader that tried the paths `tried` (in order).
+
+  Args:
+    tried: Every path looked at, across all of the loader's sources.
+    source_hint: Where such data comes from.
+    note: Further words for the user (e.g. why a source cannot serve).
+  """
+  note = f'{note} ' if note else ''
+  return DataNotFoundError(
     f'Dataset file not found. Tried: {", ".join(tried)}. {source_hint} '
-    f'Pass --data_dir (or set {DATA_DIR_ENV}) to the folder that holds it.'
+    f'{note}Pass --data_dir (or set {DATA_DIR_ENV}) to the folder that '
+    'holds it.',
+    tried=tuple(tried),
   )

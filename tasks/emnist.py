@@ -5,9 +5,15 @@ Sources, in order:
      `tff.simulation.datasets.emnist.load_data` caches: 3,383 writers), in the
      data directory or `~/.keras/datasets`;
   2. `emnist_federated.npz` in the data directory: LEAF FEMNIST, 300 writers
-     (a documented subset, see the data README).
-Images are stored uint8 with ink = 255 and background = 0 (MNIST style); both
-sources store ink dark on white, so they are inverted once at load time.
+     (a documented subset, see the data README);
+  3. for split='dominant_classes' only, a prepared TFDS EMNIST (see
+     `tfds_data`): `emnist/byclass` (62 classes), or with only_digits
+     `emnist/digits`, else the digits of `emnist/byclass`. TFDS's EMNIST has
+     no writer ids, so it cannot give the default split='writers' (one
+     client per writer): that split raises `DataNotFoundError` saying so.
+Images are stored uint8 with ink = 255 and background = 0 (MNIST style); the
+first two sources store ink dark on white, so they are inverted once at load
+time.
 Labels: 0-9 digits, 10-35 'A'-'Z', 36-61 'a'-'z' (62 classes), or digits only.
 """
 
@@ -23,12 +29,18 @@ from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
 from tff_dp.tasks import task as task_lib
+from tff_dp.tasks import tfds_data
 
 _SOURCE = (
   'Federated EMNIST comes from TFF (tff.simulation.datasets.emnist.'
   'load_data caches emnist_all.sqlite in ~/.keras/datasets) or as LEAF '
   'FEMNIST in emnist_federated.npz (keys x_train, y_train, '
   'client_train, x_test, y_test, client_test, writer_ids).'
+)
+_TFDS_SOURCE = (
+  "For split='dominant_classes', a prepared TFDS emnist (digits or byclass; "
+  "tfds.builder('emnist/digits').download_and_prepare(), in "
+  '~/tensorflow_datasets or $TFDS_DATA_DIR) also serves.'
 )
 
 
@@ -55,31 +67,65 @@ def _load_sqlite(path, split: str):
   return x, y, ids
 
 
+def _load_tfds(data_dir, only_digits: bool, need_writers: bool, tried):
+  """The TFDS source (writers None), else the error naming every path tried."""
+  configs = ('digits', 'byclass') if only_digits else ('byclass',)
+  if need_writers:
+    note = tfds_data.EMNIST_NO_WRITERS
+    for config in configs:
+      path, _ = tfds_data.find_prepared('emnist', data_dir, config)
+      if path is not None:
+        note += f' (A prepared TFDS emnist/{config} is at {path}.)'
+        break
+    raise data_dir_lib.not_found(tried, _SOURCE, note=note)
+  try:
+    splits, source = tfds_data.emnist_arrays(data_dir, configs)
+  except data_dir_lib.DataNotFoundError as tfds_error:
+    raise data_dir_lib.not_found(
+      tried + list(tfds_error.tried), f'{_SOURCE} {_TFDS_SOURCE}'
+    ) from None
+  (x_tr, y_tr), (x_te, y_te) = splits['train'], splits['test']
+  if only_digits:  # byclass: keep the digits (emnist/digits has only them).
+    x_tr, y_tr = x_tr[y_tr < 10], y_tr[y_tr < 10]
+    x_te, y_te = x_te[y_te < 10], y_te[y_te < 10]
+  return x_tr, y_tr, None, x_te, y_te, None, source
+
+
 def load_emnist_arrays(
-  data_dir: Optional[data_dir_lib.PathLike] = None, only_digits: bool = False
+  data_dir: Optional[data_dir_lib.PathLike] = None,
+  only_digits: bool = False,
+  *,
+  need_writers: bool = True,
 ):
   """Returns `(x_tr, y_tr, writer_tr, x_te, y_te, writer_te, source)`.
 
-  Images are uint8, ink high. `writer_*` are string writer ids.
+  Images are uint8, ink high. `writer_*` are string writer ids, or None
+  from TFDS EMNIST, which is read only when `need_writers` is False.
+
+  Raises:
+    DataNotFoundError: If no source is found; with `need_writers`, the
+      message says why TFDS EMNIST cannot serve.
   """
-  try:
-    path = data_dir_lib.find_file(
-      data_dir,
-      ['emnist_all.sqlite'],
-      source_hint=_SOURCE,
-      extra_dirs=(data_dir_lib.KERAS_CACHE_DIR,),
-    )
-  except data_dir_lib.DataNotFoundError:
-    path = None
-  if path is not None:
+  tried = []
+  for name, extra_dirs in (
+    ('emnist_all.sqlite', (data_dir_lib.KERAS_CACHE_DIR,)),
+    ('emnist_federated.npz', ()),
+  ):
+    try:
+      path = data_dir_lib.find_file(
+        data_dir, [name], source_hint=_SOURCE, extra_dirs=extra_dirs
+      )
+      break
+    except data_dir_lib.DataNotFoundError as error:
+      tried += error.tried
+  else:  # Neither: TFDS EMNIST, already MNIST style, or the error.
+    return _load_tfds(data_dir, only_digits, need_writers, tried)
+  if path.suffix == '.sqlite':
     prefix = 'digits_only' if only_digits else 'all'
     x_tr, y_tr, w_tr = _load_sqlite(path, f'{prefix}_train')
     x_te, y_te, w_te = _load_sqlite(path, f'{prefix}_test')
     source = f'TFF federated EMNIST ({path.name})'
   else:
-    path = data_dir_lib.find_file(
-      data_dir, ['emnist_federated.npz'], source_hint=_SOURCE
-    )
     with np.load(path) as d:
       writers = d['writer_ids']
       x_tr, y_tr = d['x_train'], d['y_train']
@@ -135,7 +181,8 @@ def load_emnist(
     other_count: Examples of each other class per client (5).
 
   Raises:
-    DataNotFoundError: If no source is found.
+    DataNotFoundError: If no source is found (a TFDS EMNIST serves
+      split='dominant_classes' only: it has no writer ids).
     ValueError: On bad arguments.
   """
   if max_clients is not None and max_clients < 1:
@@ -150,7 +197,7 @@ def load_emnist(
       f'Found split={split!r}, num_clients={num_clients!r}.'
     )
   x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
-    data_dir, only_digits
+    data_dir, only_digits, need_writers=(split == 'writers')
   )
   if split == 'writers':
     writers, inverse = np.unique(w_tr, return_inverse=True)

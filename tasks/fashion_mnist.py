@@ -3,7 +3,8 @@
 Sources, in order: `fashion_mnist.npz` in the data directory (keys x_train,
 y_train, x_test, y_test, as in `keras.datasets.fashion_mnist`), then the Keras
 cache's IDX files (`fashion-mnist/*-idx?-ubyte.gz`, in the data directory or
-`~/.keras/datasets`).
+`~/.keras/datasets`), then a prepared TFDS `fashion_mnist` (see `tfds_data`;
+same examples, in TFDS's order).
 """
 
 import gzip
@@ -19,12 +20,15 @@ from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
 from tff_dp.tasks import task as task_lib
+from tff_dp.tasks import tfds_data
 
 _SOURCE = (
   'Fashion-MNIST (Xiao et al. 2017) comes from '
   'keras.datasets.fashion_mnist (IDX files in ~/.keras/datasets/'
   'fashion-mnist) or as fashion_mnist.npz with keys x_train, y_train, '
-  'x_test, y_test.'
+  'x_test, y_test, or as a prepared TFDS fashion_mnist '
+  "(tfds.builder('fashion_mnist').download_and_prepare(), in "
+  '~/tensorflow_datasets or $TFDS_DATA_DIR).'
 )
 _IDX = (
   'train-images-idx3-ubyte.gz',
@@ -45,20 +49,30 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
 
 
 def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
-  """Returns `(x_train, y_train, x_test, y_test)` as uint8 arrays."""
+  """Returns `(x_train, y_train, x_test, y_test)` as uint8 arrays.
+
+  Images `(N, 28, 28)` (0 = background), labels 0-9; 60,000 train and 10,000
+  test in the real data.
+  """
   try:
     path = data_dir_lib.find_file(
       data_dir, ['fashion_mnist.npz'], source_hint=_SOURCE
     )
   except data_dir_lib.DataNotFoundError as npz_error:
+    tried = list(npz_error.tried)
     root = data_dir_lib.resolve_data_dir(data_dir)
     for d in (
       root / 'fashion-mnist',
       data_dir_lib.KERAS_CACHE_DIR / 'fashion-mnist',
     ):
+      tried.append(f'{d}/*-idx?-ubyte.gz')
       if all((d / f).exists() for f in _IDX):
         return tuple(_read_idx(d / f) for f in _IDX)
-    raise npz_error
+    try:
+      return tfds_data.fashion_mnist_arrays(data_dir)
+    except data_dir_lib.DataNotFoundError as tfds_error:
+      tried += tfds_error.tried
+    raise data_dir_lib.not_found(tried, _SOURCE) from None
   with np.load(path) as d:
     return d['x_train'], d['y_train'], d['x_test'], d['y_test']
 

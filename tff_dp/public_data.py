@@ -7,8 +7,12 @@ stand in: by default (`mode='random'`) 10 digits drawn uniformly at random,
 without
 replacement and with no class balancing, from the digits (labels 0-9) of the
 official EMNIST ByClass test split (`emnist_byclass_test.npz`), which no
-Fashion-MNIST client holds. The draw is public randomness from the run's
-`seed`. `mode='first_per_class'` (the first digit of each class) is what
+Fashion-MNIST client holds. Without that file, the test split of a prepared
+TFDS `emnist/byclass` (else `emnist/digits`) serves (`tasks.tfds_data`: the
+data directory, then `~/tensorflow_datasets` or `$TFDS_DATA_DIR`); TFDS
+stores the examples in its own order, so the same seed draws other digits.
+The draw is public randomness from the run's `seed`.
+`mode='first_per_class'` (the first digit of each class) is what
 runs before issue #24 used. For the medical task seed 004 uses a server-held
 batch of patients never given to clients: the tabular tasks hold one out
 when loaded with `server_batch_size` > 0 (`--task_option=server_batch_size=N`
@@ -20,10 +24,13 @@ from typing import Optional
 import numpy as np
 
 from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import tfds_data
 
 _EMNIST_SOURCE = (
   'EMNIST ByClass test split as emnist_byclass_test.npz '
-  '(keys x_test, y_test; see the data README).'
+  '(keys x_test, y_test; see the data README), or as a prepared TFDS '
+  "emnist/byclass or emnist/digits (tfds.builder('emnist/byclass')."
+  'download_and_prepare(), in ~/tensorflow_datasets or $TFDS_DATA_DIR).'
 )
 
 
@@ -34,6 +41,26 @@ BATCH_SIZE = 10
 def check_mode(mode: str) -> None:
   if mode not in MODES:
     raise ValueError(f'public_batch must be one of {MODES}. Found {mode!r}.')
+
+
+def _emnist_test_split(data_dir) -> tuple[np.ndarray, np.ndarray]:
+  """EMNIST test images (uint8, upright, ink high) and labels (0-9: digits)."""
+  try:
+    path = data_dir_lib.find_file(
+      data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
+    )
+  except data_dir_lib.DataNotFoundError as npz_error:
+    try:
+      splits, _ = tfds_data.emnist_arrays(
+        data_dir, ('byclass', 'digits'), splits=('test',)
+      )
+    except data_dir_lib.DataNotFoundError as tfds_error:
+      raise data_dir_lib.not_found(
+        npz_error.tried + tfds_error.tried, _EMNIST_SOURCE
+      ) from None
+    return splits['test']
+  with np.load(path) as d:
+    return d['x_test'], d['y_test']
 
 
 def public_batch(
@@ -56,7 +83,7 @@ def public_batch(
   Raises:
     ValueError: If no public batch is defined for the task, or on a bad
       mode.
-    DataNotFoundError: If the file is missing.
+    DataNotFoundError: If neither the file nor a TFDS EMNIST is found.
   """
   check_mode(mode)
   task_name = task.name
@@ -68,11 +95,7 @@ def public_batch(
       'server_batch_size > 0 (runner: --task_option=server_batch_size=356).'
     )
   if task_name.startswith('fashion_mnist'):
-    path = data_dir_lib.find_file(
-      data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
-    )
-    with np.load(path) as d:
-      x, y = d['x_test'], d['y_test']
+    x, y = _emnist_test_split(data_dir)
     if mode == 'first_per_class':
       chosen = [int(np.flatnonzero(y == c)[0]) for c in range(10)]
     else:

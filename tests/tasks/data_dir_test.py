@@ -31,8 +31,9 @@ def test_env_then_argument(monkeypatch, tmp_path):
 def test_missing_file_names_file_and_source(
   tmp_path, monkeypatch, name, missing, source
 ):
-  # Keep the user's Keras cache out of the way.
+  # Keep the user's Keras cache and TFDS folder out of the way.
   monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'no_keras')
+  monkeypatch.setenv('TFDS_DATA_DIR', str(tmp_path / 'no_tfds'))
   with pytest.raises(data_dir.DataNotFoundError) as info:
     tasks.load_task(name, data_dir=tmp_path)
   message = str(info.value)
