@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+import dp_accounting
+from dp_accounting import rdp  # noqa: F401 (dp_accounting.rdp)
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -24,7 +26,7 @@ def _block_with(text: str) -> str:
 
 def test_every_block_is_checked_here():
   # A block added to the README needs a check below.
-  assert len(_python_blocks()) == 2
+  assert len(_python_blocks()) == 3
 
 
 def test_drop_in_example_builds_a_learning_process():
@@ -36,6 +38,36 @@ def test_drop_in_example_builds_a_learning_process():
   assert isinstance(
     namespace['aggregator'], tff.aggregators.UnweightedAggregationFactory
   )
+
+
+def test_weighted_example_trains_a_round_and_reads_its_event():
+  # As in a fresh Python process: TFF's default context (not one an earlier
+  # test in this worker left behind).
+  tff.backends.native.set_sync_local_cpp_execution_context()
+  namespace = {}
+  exec(_block_with('build_weighted_fed_avg'), namespace)  # pylint: disable=exec-used
+  assert isinstance(
+    namespace['aggregator'], tff.aggregators.UnweightedAggregationFactory
+  )
+  (event,) = namespace['dp_events'].events_in_state(
+    namespace['state'].aggregator
+  )
+  assert isinstance(event, dp_accounting.GaussianDpEvent)
+  # The state holds it as float32.
+  assert event.noise_multiplier == pytest.approx(1.185, rel=1e-6)
+  # One fixed-size round of 3 of 6,000 clients: replace-one moves the sum
+  # by twice the clip, so the sampled Gaussian's multiplier is z / 2.
+  sampled = dp_accounting.SampledWithoutReplacementDpEvent(
+    6000, 3, dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+  )
+  want = (
+    dp_accounting.rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+    )
+    .compose(sampled)
+    .get_epsilon(1e-4)
+  )
+  assert namespace['epsilon_rdp'] == pytest.approx(want, rel=1e-9)
 
 
 def test_tasks_example_loads_a_task():
