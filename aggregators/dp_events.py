@@ -1,17 +1,21 @@
-"""Reading the DP events that a round of these aggregators released.
+"""Reading the DP event that a round of these aggregators released.
 
-`events_in_state(state)` applies TFF's `extract_dp_event_from_state`
+`round_event(state)` is the round's one event, read from the aggregator
+state after `next` (for a learning process, `state.aggregator`): TFF's
+`extract_dp_event_from_state`
 (`tensorflow_federated.python.aggregators.differential_privacy`; TFF 0.87
-does not export it as `tff.aggregators`) to every `DPAggregatorState`
-nested in an aggregator state: `dp_fedavg.gaussian_fixed` and
-`.gaussian_adaptive` (one), `dp_randagg.DPRandAggFactory` (one) and
-`cmp_fed.cmp_fed` (one per phase), with numeric fields as Python numbers.
-The other private factories keep no event in their state:
-`ddgauss.round_event_from_measurements(measurements)` reads DDGauss's from
-the round's measurements, and a DPSFL factory's `round_event()` is its
-(fixed) event of every round. Each is one round's event before sampling;
-the caller wraps it in the sampling it ran (`tff_dp.privacy.Sampling.wrap`)
-and composes the rounds.
+does not export it as `tff.aggregators`) applied to every
+`DPAggregatorState` nested in it, composed when there are several (CMP-Fed's
+two phases release on the same cohort in the same round, so they are one
+round's event, sampled once). It reads `dp_fedavg.gaussian_fixed`,
+`.gaussian_adaptive`, `dp_randagg.DPRandAggFactory` and `cmp_fed.cmp_fed`.
+It raises, rather than return nothing, for a state it cannot account:
+  * DDGauss (its TFF state holds an `UnsupportedDpEvent`): use
+    `ddgauss.round_event_from_measurements(output.metrics['aggregator'])`;
+  * DPSFL and DPSFL-AC (no DP state): use `factory.round_event()`;
+  * a non-private factory (UV-Fed, FetchSGD, non-private DPRandAgg).
+The event is before sampling: `tff_dp.privacy.PrivacyLedger.record` wraps
+it in the sampling that ran and composes the rounds.
 """
 
 import attr
@@ -73,3 +77,38 @@ def events_in_state(state) -> list[dp_accounting.DpEvent]:
 
   walk(state)
   return found
+
+
+def round_event(state) -> dp_accounting.DpEvent:
+  """The one event a round released, from its aggregator state.
+
+  Args:
+    state: The aggregator's state after `next` (`state.aggregator` of a
+      learning process).
+
+  Returns:
+    The event of the state's single DP state, or the composition of its
+    DP states' events (one round, one cohort).
+
+  Raises:
+    ValueError: If the state holds no DP state (DPSFL, a non-private
+      factory) or an event no accountant takes (DDGauss); the message says
+      where that factory's event is read instead.
+  """
+  events = events_in_state(state)
+  if not events:
+    raise ValueError(
+      'This aggregator state holds no DP state, so no event can be read '
+      'from it: a DPSFL factory states its event as factory.round_event(); '
+      'a non-private factory (UV-Fed, FetchSGD, DPRandAgg without noise) '
+      'releases none.'
+    )
+  if any(isinstance(e, dp_accounting.UnsupportedDpEvent) for e in events):
+    raise ValueError(
+      'This aggregator state holds an UnsupportedDpEvent (TFF records one '
+      'for DDGauss): read its event with '
+      "ddgauss.round_event_from_measurements(output.metrics['aggregator'])."
+    )
+  return (
+    events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+  )

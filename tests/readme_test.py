@@ -49,14 +49,19 @@ def test_weighted_example_trains_a_round_and_reads_its_event():
   assert isinstance(
     namespace['aggregator'], tff.aggregators.UnweightedAggregationFactory
   )
-  (event,) = namespace['dp_events'].events_in_state(
-    namespace['state'].aggregator
-  )
+  event = namespace['dp_events'].round_event(namespace['state'].aggregator)
   assert isinstance(event, dp_accounting.GaussianDpEvent)
   # The state holds it as float32.
   assert event.noise_multiplier == pytest.approx(1.185, rel=1e-6)
   # One fixed-size round of 3 of 6,000 clients: replace-one moves the sum
   # by twice the clip, so the sampled Gaussian's multiplier is z / 2.
+  (recorded,) = namespace['ledger'].events
+  assert isinstance(recorded, dp_accounting.SampledWithoutReplacementDpEvent)
+  assert (recorded.source_dataset_size, recorded.sample_size) == (6000, 3)
+  assert recorded.event.noise_multiplier == pytest.approx(
+    event.noise_multiplier / 2, rel=1e-12
+  )
+  assert len(set(namespace['cohort'])) == 3
   sampled = dp_accounting.SampledWithoutReplacementDpEvent(
     6000, 3, dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
   )

@@ -77,15 +77,7 @@ def released_event(
   """The DP event a round released: from the aggregator state, from its
   measurements, or as declared by the method, in that order."""
   if method.event_from_state:
-    events = find_dp_events(state.aggregator)
-    if not events:
-      raise RuntimeError(
-        f'Method {method.name!r} declares that its '
-        'aggregator state holds a DpEvent; none found.'
-      )
-    return (
-      events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
-    )
+    return dp_events.round_event(state.aggregator)
   if method.event_from_measurements is not None:
     return method.event_from_measurements(metrics['aggregator'])
   return method.round_event(params.noise_multiplier, params)
