@@ -34,6 +34,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp.aggregators import weighting
+
 MAX_NORM = 1e18
 
 
@@ -80,7 +82,9 @@ def clip_flat(flat, clip):
   return tf.cond(tf.math.is_finite(norm), fast, slow)
 
 
-class FiniteGuardFactory(tff.aggregators.UnweightedAggregationFactory):
+class FiniteGuardFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
   """Zeroes non-finite client values, then aggregates with `inner`."""
 
   def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import weighting
 from tff_dp.client_works import _local_training
 
 AggregationFactory = Union[
@@ -77,11 +77,11 @@ def build_learning_process(
     model_aggregator, tff.aggregators.UnweightedAggregationFactory
   )
   if unweighted:
-    weighted_factory = _tff_private.as_weighted_aggregator(model_aggregator)
-    weighting = tff.learning.ClientWeighting.UNIFORM
+    weighted_factory = weighting.UniformlyWeighted(model_aggregator)
+    client_weighting = tff.learning.ClientWeighting.UNIFORM
   elif isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
     weighted_factory = model_aggregator
-    weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
+    client_weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
   else:
     raise TypeError(
       'model_aggregator must be a tff.aggregators weighted or '
@@ -94,7 +94,7 @@ def build_learning_process(
     client_work = _local_training.build_client_work(
       client_model_fn or model_fn,
       client_optimizer,
-      client_weighting=weighting,
+      client_weighting=client_weighting,
       extra_metrics_fn=client_metrics_fn,
       track_global_update=track_global_update,
     )
@@ -102,7 +102,7 @@ def build_learning_process(
     client_work = tff.learning.templates.build_model_delta_client_work(
       model_fn=client_model_fn or model_fn,
       optimizer=client_optimizer,
-      client_weighting=weighting,
+      client_weighting=client_weighting,
       loop_implementation=loop_implementation,
     )
   aggregator = weighted_factory.create(
