@@ -100,14 +100,17 @@ def start_local_workers(
 def stop_local_workers() -> None:
   """Ends every worker this process started with `start_local_workers`.
 
-  If the installed context is a distributed one, it is replaced by TFF's
-  default (the one `import tensorflow_federated` installs): its workers may
-  be these, and a later computation in this process would otherwise wait
-  on them forever.
+  If it started any and the installed context is a distributed one (over
+  them: the runner installs it with them), that context is replaced by
+  TFF's default (the one `import tensorflow_federated` installs): a later
+  computation in this process would otherwise wait on the ended workers
+  forever. A context over workers started elsewhere is left alone.
   """
+  started = bool(_STARTED)
   stop_workers(_STARTED)
   _STARTED.clear()
-  if isinstance(context_stack_impl.context_stack.current, _DistributedContext):
+  current = context_stack_impl.context_stack.current
+  if started and isinstance(current, _DistributedContext):
     _STUBS.clear()
     native_contexts.set_sync_local_cpp_execution_context()
 
