@@ -101,12 +101,22 @@ def _gaussian(z=_Z):
 
 
 def _in_state(state, metrics, factory):
-  del metrics, factory
-  return dp_events.events_in_state(state.aggregator)
+  """`dp_events.round_event`, the documented reader, for a private factory
+  whose state holds its event; [] (and a refusal) for a non-private one."""
+  del metrics
+  try:
+    return [dp_events.round_event(state.aggregator)]
+  except ValueError as e:
+    assert 'holds no DP state' in str(e)
+    assert dp_events.events_in_state(state.aggregator) == []
+    return []
 
 
 def _declared(state, metrics, factory):
-  del state, metrics
+  del metrics
+  # DPSFL keeps no DP state: the state reader refuses, the factory states it.
+  with pytest.raises(ValueError, match='factory.round_event'):
+    dp_events.round_event(state.aggregator)
   return [factory.round_event()]
 
 
@@ -121,49 +131,50 @@ def _adaptive_merged(state, metrics, factory):
 # name: (factory, event reader, the events that must come back).
 _FACTORIES = {
   'gaussian_fixed': (
-    lambda: dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0, noise_seed=1),
+    lambda z: dp_fedavg.gaussian_fixed(z, _CLIENTS, 1.0, noise_seed=1),
     _in_state,
     [_gaussian()],
   ),
   'gaussian_adaptive': (
-    lambda: dp_fedavg.gaussian_adaptive(
-      _Z, _CLIENTS, initial_clip=0.5, clipped_count_stddev=1.0, noise_seed=1
+    lambda z: dp_fedavg.gaussian_adaptive(
+      z, _CLIENTS, initial_clip=0.5, clipped_count_stddev=1.0, noise_seed=1
     ),
     _adaptive_merged,
     [_gaussian()],
   ),
   'dp_randagg': (
-    lambda: dp_randagg.DPRandAggFactory(
-      _Z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1
+    lambda z: dp_randagg.DPRandAggFactory(
+      z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1
     ),
     _in_state,
     [_gaussian()],
   ),
   'randagg_nonprivate': (
-    lambda: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
+    lambda z: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
     _in_state,
     [],
   ),
   'cmp_fed': (
-    lambda: cmp_fed.cmp_fed(
+    lambda z: cmp_fed.cmp_fed(
       1,
-      noise_multiplier=_Z,
+      noise_multiplier=z,
       clients_per_round=_CLIENTS,
       clip_u=1.0,
       clip_v=1.0,
       noise_seed=1,
     ),
     _in_state,
-    [_gaussian(), _gaussian()],
+    # Both phases release on one cohort in one round: one composed event.
+    [dp_accounting.ComposedDpEvent([_gaussian(), _gaussian()])],
   ),
-  'uv_fed': (lambda: cmp_fed.uv_fed(1), _in_state, []),
-  'fetchsgd': (lambda: dpsfl.fetchsgd(3, 20, 5), _in_state, []),
+  'uv_fed': (lambda z: cmp_fed.uv_fed(1), _in_state, []),
+  'fetchsgd': (lambda z: dpsfl.fetchsgd(3, 20, 5), _in_state, []),
   'dpsfl': (
-    lambda: dpsfl.dpsfl(
+    lambda z: dpsfl.dpsfl(
       3,
       20,
       5,
-      noise_multiplier=_Z,
+      noise_multiplier=z,
       clients_per_round=_CLIENTS,
       clip=1.0,
       noise_seed=1,
@@ -172,11 +183,11 @@ _FACTORIES = {
     [_gaussian()],
   ),
   'dpsfl_ac': (
-    lambda: dpsfl.dpsfl_ac(
+    lambda z: dpsfl.dpsfl_ac(
       3,
       20,
       5,
-      noise_multiplier=_Z,
+      noise_multiplier=z,
       clients_per_round=_CLIENTS,
       initial_clip=1.0,
       adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=2.0),
@@ -206,7 +217,7 @@ def _check_events(read, factory, state, metrics, want):
 @pytest.mark.parametrize('name', sorted(_FACTORIES))
 def test_factory_in_build_unweighted_fed_avg(name):
   make, read, want = _FACTORIES[name]
-  factory = make()
+  factory = make(_Z)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
     _model_fn,
     client_optimizer_fn=_sgd(0.1),
@@ -220,7 +231,7 @@ def test_factory_in_build_unweighted_fed_avg(name):
 @pytest.mark.parametrize('name', sorted(_FACTORIES))
 def test_factory_weighted_in_build_weighted_fed_avg(name):
   make, read, want = _FACTORIES[name]
-  factory = make()
+  factory = make(_Z)
   weighted = factory.weighted()
   assert isinstance(weighted, tff.aggregators.WeightedAggregationFactory)
   assert weighted.unweighted is factory
@@ -233,6 +244,98 @@ def test_factory_weighted_in_build_weighted_fed_avg(name):
   )
   state, metrics = _run_two_rounds(process)
   _check_events(read, factory, state, metrics, want)
+
+
+def _one_round_update(process, weights, data):
+  """The global update of one round from `weights` (a flat vector)."""
+  state = process.set_model_weights(process.initialize(), weights)
+  state = process.next(state, data).state
+  after = process.get_model_weights(state).trainable
+  return np.concatenate(
+    [np.ravel(a - b) for a, b in zip(after, weights.trainable)]
+  )
+
+
+def _cosine(a, b):
+  return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# Without noise, each aggregate follows the plain mean of the same clients'
+# updates: the dense DP mean equals it (no update here reaches the clip of
+# 1.0, which the exact comparison checks), DP-RandAgg equals it on the
+# coordinates it keeps, and the other compressed ones keep a large part of
+# it. A random direction in these 43 dimensions has |cosine| above 0.5
+# with probability about 3e-4, so an aggregator that dropped the clients'
+# updates (noise only, or zeros) fails this.
+_MIN_COSINE = 0.5
+
+
+@pytest.mark.parametrize('name', sorted(_FACTORIES))
+def test_noiseless_factory_follows_the_mean_update(name):
+  make = _FACTORIES[name][0]
+  reference = tff.learning.algorithms.build_unweighted_fed_avg(
+    _model_fn,
+    client_optimizer_fn=_sgd(0.1),
+    server_optimizer_fn=_sgd(1.0),
+    model_aggregator=tff.aggregators.UnweightedMeanFactory(),
+  )
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+    _model_fn,
+    client_optimizer_fn=_sgd(0.1),
+    server_optimizer_fn=_sgd(1.0),
+    model_aggregator=make(0.0),
+  )
+  weights = reference.get_model_weights(reference.initialize())
+  data = _client_data()
+  mean = _one_round_update(reference, weights, data)
+  ours = _one_round_update(process, weights, data)
+  assert np.linalg.norm(mean) > 0
+  if name in ('dp_randagg', 'randagg_nonprivate'):
+    # k = round(0.5 x 43) shared random coordinates, each the exact mean.
+    kept = ours != 0
+    assert kept.sum() == round(0.5 * mean.size)
+    np.testing.assert_allclose(ours[kept], mean[kept], rtol=1e-4, atol=1e-7)
+    return
+  assert _cosine(ours, mean) > _MIN_COSINE, _cosine(ours, mean)
+  if name == 'gaussian_fixed':
+    # The dense mean, exactly (up to float32 order), when nothing is clipped.
+    np.testing.assert_allclose(ours, mean, rtol=1e-4, atol=1e-6)
+
+
+def test_weighted_builder_with_example_weights_still_weights_uniformly():
+  # Clients of 4, 8 and 12 examples: TFF's default NUM_EXAMPLES weighting
+  # hands the aggregator unequal weights, which weighted() ignores.
+  rng = np.random.default_rng(1)
+  data = []
+  for n in (4, 8, 12):
+    x = rng.normal(size=(n, _STEPS, _FEATURES)).astype(np.float32)
+    y = rng.integers(0, _CLASSES, size=n).astype(np.int32)
+    data.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
+
+  def build(weighting):
+    return tff.learning.algorithms.build_weighted_fed_avg(
+      _model_fn,
+      client_optimizer_fn=_sgd(0.1),
+      server_optimizer_fn=_sgd(1.0),
+      client_weighting=weighting,
+      model_aggregator=dp_fedavg.gaussian_fixed(0.0, 3, 100.0).weighted(),
+    )
+
+  by_examples = build(tff.learning.ClientWeighting.NUM_EXAMPLES)
+  uniform = build(tff.learning.ClientWeighting.UNIFORM)
+  weights = uniform.get_model_weights(uniform.initialize())
+  a = _one_round_update(by_examples, weights, data)
+  b = _one_round_update(uniform, weights, data)
+  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+  # And an example-weighted mean would have been another update.
+  weighted_mean = tff.learning.algorithms.build_weighted_fed_avg(
+    _model_fn,
+    client_optimizer_fn=_sgd(0.1),
+    server_optimizer_fn=_sgd(1.0),
+    model_aggregator=tff.aggregators.MeanFactory(),
+  )
+  c = _one_round_update(weighted_mean, weights, data)
+  assert np.max(np.abs(c - b)) > 1e-4
 
 
 def test_weighted_form_ignores_the_weights():
@@ -354,7 +457,11 @@ def test_ddgauss_in_both_builders_in_process():
       model_aggregator=factory.weighted(),
     ),
   ):
-    _, metrics = _run_two_rounds(process)
+    state, metrics = _run_two_rounds(process)
+    # TFF's state holds an UnsupportedDpEvent: the state reader refuses it
+    # and names the measurements reader.
+    with pytest.raises(ValueError, match='round_event_from_measurements'):
+      dp_events.round_event(state.aggregator)
     measurements = metrics['aggregator']
     assert measurements['released'] == 1
     event = ddgauss.round_event_from_measurements(measurements)
