@@ -31,8 +31,8 @@ class UniformlyWeighted(tff.aggregators.WeightedAggregationFactory):
   """An unweighted factory as a weighted one that ignores the weights.
 
   Its state, measurements and result are those of the unweighted factory's
-  process, so `tff.aggregators.extract_dp_event_from_state` and the
-  factories' own event readers work on it unchanged.
+  process, so `dp_events.round_event` and the factories' own event readers
+  work on it unchanged.
   """
 
   def __init__(self, factory: tff.aggregators.UnweightedAggregationFactory):
