@@ -121,25 +121,22 @@ class ExperimentConfig:
     if method is not None:
       names = {f.name for f in methods_lib.options.flag_fields(method.options)}
       kept = {k: v for k, v in self.options_flat().items() if k in names}
-    base = {
+    return ExperimentConfig.create(**{**self._common(), **kept, **changes})
+
+  def _common(self) -> dict[str, Any]:
+    """The fields every run has, by name (not the method's options)."""
+    return {
       f.name: getattr(self, f.name)
       for f in dataclasses.fields(self)
       if f.name != 'options'
     }
-    return ExperimentConfig.create(**{**base, **kept, **changes})
 
   def options_flat(self) -> dict[str, Any]:
     return {} if self.options is None else self.options.to_flat()
 
   def flat(self) -> dict[str, Any]:
     """Every setting by its flag name (the noise seed's value included)."""
-    d = {
-      f.name: getattr(self, f.name)
-      for f in dataclasses.fields(self)
-      if f.name != 'options'
-    }
-    d.update(self.options_flat())
-    return d
+    return {**self._common(), **self.options_flat()}
 
   def validate(self) -> None:
     """Raises ValueError naming the bad value and its allowed range."""
