@@ -57,3 +57,41 @@ def test_seeded_initialisation_is_deterministic():
 def test_mlp_single_logit():
   model = models.create_mlp(12, 1, (8,), seed=0)
   assert model(tf.zeros((3, 12))).shape == (3, 1)
+
+
+def test_stateless_dropout_mask_is_a_function_of_seed_and_input():
+  x = tf.random.stateless_normal((64, 40, 40), seed=[1, 2]) + 3.0
+  y = tf.random.stateless_normal((64, 40, 40), seed=[3, 4]) + 3.0
+  first = models.StatelessDropout(0.25, seed=10)
+  second = models.StatelessDropout(0.25, seed=10)
+  # Order independence: a fresh layer applied to (y, x) gives each input
+  # the mask the first layer gave it under (x, y).
+  fx, fy = first(x, training=True), first(y, training=True)
+  sy, sx = second(y, training=True), second(x, training=True)
+  np.testing.assert_array_equal(fx.numpy(), sx.numpy())
+  np.testing.assert_array_equal(fy.numpy(), sy.numpy())
+  # Another input or another seed gives another mask.
+  assert not np.array_equal(fx.numpy() == 0, fy.numpy() == 0)
+  other_seed = models.StatelessDropout(0.25, seed=11)(x, training=True)
+  mask_x, mask_other = fx.numpy() == 0, other_seed.numpy() == 0
+  assert 0.15 < np.mean(mask_x != mask_other) < 0.5
+  # Rate: 102,400 independent units; 5 standard deviations is 0.0068.
+  assert abs(mask_x.mean() - 0.25) < 0.0068
+  assert abs((fy.numpy() == 0).mean() - 0.25) < 0.0068
+  # Kept units scaled by 1 / (1 - rate), dropped ones zero.
+  np.testing.assert_allclose(
+    fx.numpy()[~mask_x], x.numpy()[~mask_x] / 0.75, rtol=1e-6
+  )
+
+
+def test_stateless_dropout_is_identity_at_inference_and_checks_rate():
+  x = tf.random.stateless_normal((8, 5), seed=[1, 2])
+  layer = models.StatelessDropout(0.5, seed=1)
+  np.testing.assert_array_equal(layer(x).numpy(), x.numpy())
+  np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+  for bad in (-0.1, 1.0, 1.5):
+    with pytest.raises(ValueError, match=rf'rate={bad}.*\[0, 1\)'):
+      models.StatelessDropout(bad)
+  config = layer.get_config()
+  restored = models.StatelessDropout.from_config(config)
+  assert (restored.rate, restored.seed) == (0.5, 1)
