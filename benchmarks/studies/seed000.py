@@ -2,6 +2,7 @@
 the paper's own regime (Q = 30, S binding)."""
 
 from benchmarks.studies.study import Row
+from benchmarks.studies.study import STATEFUL_DROPOUT
 from benchmarks.studies.study import smoke
 from benchmarks.studies.study import Study
 
@@ -81,7 +82,8 @@ for epsilon = 6 over the 30 rounds (RDP). Sparsities 0.5 and 0.9 only
 the sparsified update's (what is clipped), median over rounds of the
 cohort's median and of the fraction clipped. Best test accuracy over the
 evaluated rounds (every 2nd). The paper's numbers are after 1,000 rounds.
-""",
+"""
+  + STATEFUL_DROPOUT,
   metric='test_accuracy',
   common=_EMNIST_000,
   rows=_rows_000(),
@@ -134,7 +136,8 @@ norm scaled by the mean discount (1 - (1 - lambda eta)^Q) / (Q lambda eta),
 S = 0.03 BLUR lowers the median pre-clip norm by roughly that much, and the
 fraction clipped stays near 1. Smoke rows run 10 rounds (less noise for
 the same epsilon) and show only the mechanism; full rows run 30.
-""",
+"""
+  + STATEFUL_DROPOUT,
   metric='test_accuracy',
   common=_REGIME_000,
   rows=(

@@ -2,6 +2,7 @@
 and DP-RandAgg, on EMNIST and CIFAR-10."""
 
 from benchmarks.studies.study import Row
+from benchmarks.studies.study import STATEFUL_DROPOUT
 from benchmarks.studies.study import smoke
 from benchmarks.studies.study import Study
 
@@ -112,7 +113,8 @@ def _sketch_study(
       cols=100000,
       k=10000,
       clip=clip,
-    ),
+    )
+    + STATEFUL_DROPOUT,
     metric='test_accuracy',
     common=dict(
       task=task,

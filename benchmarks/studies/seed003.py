@@ -2,6 +2,7 @@
 update-distribution diagnostics, Tables 3-4."""
 
 from benchmarks.studies.study import Row
+from benchmarks.studies.study import STATEFUL_DROPOUT
 from benchmarks.studies.study import Study
 
 STUDIES: dict[str, Study] = {}
@@ -181,7 +182,8 @@ now name that multiplier and `--noise_seed=0`, which reproduce the rows as
 they ran (with `--target_epsilon=1.5` today's ledger calibrates more
 noise). Every command carries `--noise_seed=0`: research rows with a
 published noise seed, whose guarantee assumes that seed secret.
-""",
+"""
+  + STATEFUL_DROPOUT,
   metric='test_accuracy',
   common=dict(
     rounds=30,
