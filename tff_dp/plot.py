@@ -11,11 +11,26 @@ diagnostics, `update_norm_angle_<run>.png`: the cohort's clients in the
 the last round with angles), drawn from the histogram in
 `diagnostics.jsonl` (one dot per occupied cell, area by count; seed 003
 Figs. 1-2), beside the per-round norm quantiles.
+
+  python -m tff_dp.plot --frontier --runs=runs/a,runs/b --output_dir=plots
+  python -m tff_dp.plot --frontier \
+      --results=benchmarks/results/seed001_iid.json --rows=a,b --output_dir=p
+
+writes `frontier.png`: the best test metric against KB uploaded per
+participating client per round, one point per method (runs or rows that
+differ only by seed, `_seed<N>`, are one point at their mean with their
+range as error bars), the paper's number for it as a hollow marker at the
+same upload. Every private point must have the same epsilon (RDP, within
+1%), or it raises; non-private points are labelled "no DP". `--results`
+reads a study's results store (`benchmarks/results/<study>.json`), so a
+frontier can be drawn after its run folders are gone.
 """
 
 import csv
+import dataclasses
 import json
 import pathlib
+import re
 from typing import Optional, Sequence
 
 from absl import app
@@ -179,7 +194,186 @@ def plot_norm_angle(
   return path
 
 
+@dataclasses.dataclass(frozen=True)
+class FrontierPoint:
+  """One run (or results row) on the accuracy-upload plane."""
+
+  group: str  # Runs of one group differ only by seed.
+  label: str
+  kb_up_per_round: float
+  metric: float
+  epsilon: Optional[float]  # RDP; None for a non-private run.
+  paper: Optional[float] = None
+
+
+_SEED_SUFFIX = re.compile(r'_seed\d+$')
+_SEED_LABEL = re.compile(r', seed \d+$')
+
+
+def frontier_points_from_results(
+  path: pathlib.Path, rows: Optional[Sequence[str]] = None
+) -> list[FrontierPoint]:
+  """Points from a study's results store (`benchmarks/results/*.json`)."""
+  table = json.loads(pathlib.Path(path).read_text())
+  names = list(rows) if rows else list(table)
+  unknown = [n for n in names if n not in table]
+  if unknown:
+    raise ValueError(
+      f'rows {unknown} are not in {path}; it has {sorted(table)}'
+    )
+  points = []
+  for name in names:
+    r = table[name]
+    paper = r.get('paper')
+    points.append(
+      FrontierPoint(
+        group=_SEED_SUFFIX.sub('', name),
+        label=_SEED_LABEL.sub('', r.get('method') or name),
+        kb_up_per_round=float(r['KB up / client / round']),
+        metric=float(r['best test metric']),
+        epsilon=r.get('epsilon RDP'),
+        paper=float(paper) if isinstance(paper, (int, float)) else None,
+      )
+    )
+  return points
+
+
+def frontier_points_from_runs(
+  run_dirs: Sequence[pathlib.Path], labels: Optional[Sequence[str]] = None
+) -> list[FrontierPoint]:
+  """Points from results folders of `python -m tff_dp.run` (best test
+  metric over the evaluated rounds; runs with one label are one group)."""
+  points = []
+  for i, d in enumerate(run_dirs):
+    d = pathlib.Path(d)
+    summary = json.loads((d / 'summary.json').read_text())
+    rows = read_rows(d)
+    metric = pick_metric(rows)
+    label = labels[i] if labels else _SEED_SUFFIX.sub('', d.name)
+    points.append(
+      FrontierPoint(
+        group=label,
+        label=label,
+        kb_up_per_round=summary['bytes_per_client_per_round']['up'] / 1000,
+        metric=max(r[metric] for r in rows if metric in r),
+        epsilon=summary.get('epsilon_rdp'),
+      )
+    )
+  return points
+
+
+def frontier_groups(points: Sequence[FrontierPoint]) -> list[dict]:
+  """One entry per group, in first-seen order: its label, upload `x` (mean
+  over its points), the metric's `mean`, `min` and `max` over seeds,
+  `seeds`, `private` and `paper`.
+
+  Raises:
+    ValueError: If a group's points differ in upload (they are not seeds of
+      one configuration).
+  """
+  groups: dict[str, list[FrontierPoint]] = {}
+  for p in points:
+    groups.setdefault(p.group, []).append(p)
+  out = []
+  for name, members in groups.items():
+    xs = [p.kb_up_per_round for p in members]
+    if max(xs) > 1.001 * min(xs):
+      raise ValueError(
+        f'group {name!r} mixes uploads {min(xs):.4g} to {max(xs):.4g} KB: '
+        'only seeds of one configuration share a point'
+      )
+    ys = np.array([p.metric for p in members])
+    out.append(
+      dict(
+        group=name,
+        label=members[0].label,
+        x=float(np.mean(xs)),
+        mean=float(ys.mean()),
+        min=float(ys.min()),
+        max=float(ys.max()),
+        seeds=len(members),
+        private=members[0].epsilon is not None,
+        paper=members[0].paper,
+      )
+    )
+  return out
+
+
+def plot_frontier(
+  points: Sequence[FrontierPoint],
+  path: pathlib.Path,
+  title: str = '',
+  metric: str = 'best test metric',
+) -> pathlib.Path:
+  """Draws the frontier (see the module doc) and returns `path`.
+
+  Raises:
+    ValueError: If there are no points or the private points' epsilons
+      differ by more than 1%.
+  """
+  if not points:
+    raise ValueError('no points to draw')
+  eps = sorted({p.epsilon for p in points if p.epsilon is not None})
+  if eps and eps[-1] > 1.01 * eps[0]:
+    raise ValueError(
+      f'the private points have epsilons {eps[0]:.4g} to {eps[-1]:.4g}: a '
+      'frontier compares methods at one epsilon (within 1%)'
+    )
+  groups = frontier_groups(points)
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  for style, g in zip(line_styles(len(groups)), groups):
+    label = g['label'] + ('' if g['private'] else ' (no DP)')
+    if g['seeds'] > 1:
+      label += f" ({g['seeds']} seeds)"
+    ax.errorbar(
+      g['x'],
+      g['mean'],
+      yerr=[[g['mean'] - g['min']], [g['max'] - g['mean']]],
+      color=style['color'],
+      marker='o' if g['private'] else 's',
+      linestyle='none',
+      capsize=3,
+      label=label,
+    )
+    if g['paper'] is not None:
+      ax.plot(
+        g['x'],
+        g['paper'],
+        marker='o',
+        markerfacecolor='none',
+        color=style['color'],
+        linestyle='none',
+      )
+  ax.plot([], [], 'ko', markerfacecolor='none', label='paper (hollow)')
+  ax.set_xscale('log')
+  ax.set_xlabel('KB uploaded per participating client per round')
+  ax.set_ylabel(metric)
+  eps_words = f'epsilon {eps[0]:.3g} (RDP)' if eps else 'no DP'
+  ax.set_title(f'{title} ({eps_words})' if title else eps_words, fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
 _RUNS = flags.DEFINE_list('runs', None, 'Results folders of tff_dp.run.')
+_FRONTIER = flags.DEFINE_boolean(
+  'frontier', False, 'Draw frontier.png (accuracy against upload).'
+)
+_RESULTS = flags.DEFINE_string(
+  'results',
+  None,
+  'With --frontier: a study results store (benchmarks/results/*.json) to '
+  'draw instead of --runs.',
+)
+_ROWS = flags.DEFINE_list(
+  'rows', None, 'With --results: its rows to draw (default: all).'
+)
+_TITLE = flags.DEFINE_string('title', '', 'With --frontier: the plot title.')
 _LABELS = flags.DEFINE_list('labels', None, 'Legend labels (default: names).')
 _OUT = flags.DEFINE_string('output_dir', 'plots', 'Where PNGs go.')
 
@@ -187,16 +381,30 @@ _OUT = flags.DEFINE_string('output_dir', 'plots', 'Where PNGs go.')
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if _RESULTS.value and not _FRONTIER.value:
+    raise app.UsageError('--results is read only with --frontier.')
+  out = pathlib.Path(_OUT.value)
+  if _RESULTS.value:
+    points = frontier_points_from_results(
+      pathlib.Path(_RESULTS.value), _ROWS.value
+    )
+    print(plot_frontier(points, out / 'frontier.png', _TITLE.value))
+    return
+  if not _RUNS.value:
+    raise app.UsageError('Give --runs (or --frontier --results).')
   dirs = [pathlib.Path(r) for r in _RUNS.value]
   missing = [str(d) for d in dirs if not (d / 'metrics.csv').exists()]
   if missing:
     raise app.UsageError(f'No metrics.csv in: {", ".join(missing)}')
   if _LABELS.value and len(_LABELS.value) != len(dirs):
     raise app.UsageError('--labels must have one label per run.')
-  for path in plot_runs(dirs, pathlib.Path(_OUT.value), _LABELS.value):
+  if _FRONTIER.value:
+    points = frontier_points_from_runs(dirs, _LABELS.value)
+    print(plot_frontier(points, out / 'frontier.png', _TITLE.value))
+    return
+  for path in plot_runs(dirs, out, _LABELS.value):
     print(path)
 
 
 if __name__ == '__main__':
-  flags.mark_flag_as_required('runs')
   app.run(main)

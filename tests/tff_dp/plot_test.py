@@ -1,5 +1,8 @@
 """The plot command draws non-empty PNGs from a tiny real run."""
 
+import csv
+import json
+
 import pytest
 
 from tff_dp import plot
@@ -39,6 +42,81 @@ def test_plots_from_a_tiny_run(tmp_path):
   for f in files:
     assert f.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     assert f.stat().st_size > 10_000
+  # The frontier from the same run folders: upload and best metric as the
+  # runs recorded them.
+  points = plot.frontier_points_from_runs(runs)
+  for point, run in zip(points, runs):
+    summary = json.loads((run / 'summary.json').read_text())
+    assert point.kb_up_per_round == (
+      summary['bytes_per_client_per_round']['up'] / 1000
+    )
+    metrics = list(csv.DictReader(open(run / 'metrics.csv')))
+    best = max(
+      float(r['test_balanced_accuracy'])
+      for r in metrics
+      if r['test_balanced_accuracy']
+    )
+    assert point.metric == pytest.approx(best)
+    assert point.group == run.name
+  assert points[0].epsilon == summary_eps(runs[0]) and points[1].epsilon is None
+  png = plot.plot_frontier(points, tmp_path / 'plots' / 'frontier.png')
+  assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def summary_eps(run):
+  return json.loads((run / 'summary.json').read_text())['epsilon_rdp']
+
+
+def _row(method, kb, best, eps, paper=''):
+  return {
+    'method': method,
+    'KB up / client / round': kb,
+    'best test metric': best,
+    'epsilon RDP': eps,
+    'paper': paper,
+  }
+
+
+def test_frontier_from_a_results_store_groups_seeds(tmp_path):
+  store = tmp_path / 'study.json'
+  store.write_text(
+    json.dumps(
+      {
+        'dp': _row('DP-FedAvg', 100.0, 0.70, 1.0, 0.78),
+        'dp_seed1': _row('DP-FedAvg, seed 1', 100.0, 0.60, 1.0, 0.78),
+        'dp_seed2': _row('DP-FedAvg, seed 2', 100.0, 0.65, 1.0, 0.78),
+        'top': _row('FL-TOP-DP', 5.0, 0.64, 1.0 + 1e-7),
+        'fedavg': _row('FedAvg', 100.0, 0.80, None, 0.86),
+      }
+    )
+  )
+  points = plot.frontier_points_from_results(store)
+  groups = {g['group']: g for g in plot.frontier_groups(points)}
+  assert list(groups) == ['dp', 'top', 'fedavg']
+  assert groups['dp']['label'] == 'DP-FedAvg'
+  assert groups['dp']['seeds'] == 3
+  assert groups['dp']['mean'] == pytest.approx(0.65)
+  assert (groups['dp']['min'], groups['dp']['max']) == (0.60, 0.70)
+  assert groups['dp']['paper'] == 0.78 and groups['top']['paper'] is None
+  assert not groups['fedavg']['private'] and groups['top']['private']
+  png = plot.plot_frontier(points, tmp_path / 'frontier.png', 'study')
+  assert png.stat().st_size > 10_000
+  chosen = plot.frontier_points_from_results(store, ['top', 'fedavg'])
+  assert [p.group for p in chosen] == ['top', 'fedavg']
+  with pytest.raises(ValueError, match=r"rows \['nope'\] are not in"):
+    plot.frontier_points_from_results(store, ['nope'])
+
+
+def test_frontier_refuses_unequal_epsilon_and_mixed_groups(tmp_path):
+  a = plot.FrontierPoint('a', 'A', 10.0, 0.5, 1.0)
+  b = plot.FrontierPoint('b', 'B', 10.0, 0.6, 1.5)
+  with pytest.raises(ValueError, match='epsilons 1 to 1.5'):
+    plot.plot_frontier([a, b], tmp_path / 'f.png')
+  c = plot.FrontierPoint('a', 'A', 20.0, 0.6, 1.0)
+  with pytest.raises(ValueError, match="group 'a' mixes uploads 10 to 20"):
+    plot.frontier_groups([a, c])
+  with pytest.raises(ValueError, match='no points'):
+    plot.plot_frontier([], tmp_path / 'f.png')
 
 
 def test_line_styles_are_distinct_past_the_colour_cycle():
