@@ -9,7 +9,7 @@ JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install build-files run test test-bazel test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study clean
+.PHONY: install bazel-install build-files run test test-bazel test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study frontiers clean
 
 install: $(STAMP) $(JEMALLOC_STAMP)
 
@@ -127,6 +127,24 @@ bench-audit: $(STAMP) $(JEMALLOC_STAMP)
 STUDY ?= seed004_medical
 study: $(STAMP)
 	$(PY) -m benchmarks.studies --study=$(STUDY)
+
+# The accuracy-upload frontier per task at one epsilon, drawn from the
+# studies' results stores (issue #28): benchmarks/results/frontiers/*.png.
+FRONTIER = $(PY) -m tff_dp.plot --frontier --results=benchmarks/results/$(1).json --rows=$(2) --title='$(3)' --output_dir=build/frontiers/$(4) && mkdir -p benchmarks/results/frontiers && cp build/frontiers/$(4)/frontier.png benchmarks/results/frontiers/$(4).png
+FASHION_30 = cmp_fed_r1,cmp_fed_r2,cmp_fed_r4,cmp_fed_r8,cmp_fed_r16,dp_randagg_r1,dp_randagg_r2,dp_randagg_r4,dp_randagg_r8,dp_randagg_r16,uv_fed_r1,uv_fed_r2,uv_fed_r4,uv_fed_r8,uv_fed_r16,dp_fedavg,fedavg
+FASHION_180 = dp_fedavg_180,dp_fedavg_180_seed1,cmp_fed_r16_180,cmp_fed_r16_180_seed1
+FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
+MEDICAL_100 = fedavg,dp_fedavg,dp_fedavg_seed1,dp_fedavg_seed2,fl_std_dp_public_clip,fl_top,fl_top_dp,fl_top_r5pct,fl_top_dp_r5pct,fl_top_dp_r5pct_seed1,fl_top_dp_r5pct_seed2,fl_top_dp_r10pct,fl_basic_r5pct,fl_basic_dp_r5pct,fl_basic_dp_r10pct
+EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetchsgd
+EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
+frontiers: $(STAMP)
+	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
+	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client: seed 001 at 30 rounds; best accuracy,fashion_mnist_5labels_30rounds)
+	-$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID: seed 001 at 180 rounds; best accuracy,fashion_mnist_iid_180rounds)
+	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID: seed 004 r = 0.5% at 30 rounds; best accuracy,fashion_mnist_seed004_30rounds)
+	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality (PhysioNet 2012): seed 004 at 100 rounds; best balanced accuracy,medical_100rounds)
+	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers: seed 002 at 30 rounds; best accuracy,emnist_seed002_30rounds)
+	$(call FRONTIER,seed000_table3,$(EMNIST_000),EMNIST 300 writers: seed 000 at 30 rounds; best accuracy,emnist_seed000_30rounds)
 
 bench-load: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.load_time

@@ -321,15 +321,21 @@ def plot_frontier(
     )
   groups = frontier_groups(points)
   fig, ax = plt.subplots(figsize=(8, 4.5))
-  for style, g in zip(line_styles(len(groups)), groups):
-    label = g['label'] + ('' if g['private'] else ' (no DP)')
+  if len(groups) <= 20:  # tab20: 20 distinct colours, one per method.
+    colours = [plt.get_cmap('tab20')(i) for i in range(len(groups))]
+  else:
+    colours = [s['color'] for s in line_styles(len(groups))]
+  for colour, g in zip(colours, groups):
+    label = g['label']
+    if not g['private'] and 'no DP' not in label:
+      label += ' (no DP)'
     if g['seeds'] > 1:
       label += f" ({g['seeds']} seeds)"
     ax.errorbar(
       g['x'],
       g['mean'],
       yerr=[[g['mean'] - g['min']], [g['max'] - g['mean']]],
-      color=style['color'],
+      color=colour,
       marker='o' if g['private'] else 's',
       linestyle='none',
       capsize=3,
@@ -341,7 +347,7 @@ def plot_frontier(
         g['paper'],
         marker='o',
         markerfacecolor='none',
-        color=style['color'],
+        color=colour,
         linestyle='none',
       )
   ax.plot([], [], 'ko', markerfacecolor='none', label='paper (hollow)')
