@@ -247,8 +247,16 @@ The `dp_fedavg_fixed100_decay_smoke` row runs the seed's own setting:
 exactly S = 100 clients a round and the local lr decayed by 0.99 a round
 ("decays at a rate of 0.99"), its fixed-size cohorts accounted as such
 (sampling without replacement, replace-one neighbours: RDP only, PLD
-NaN), so its epsilon is not comparable with the Poisson rows'.
+NaN), so its epsilon is not comparable with the Poisson rows'.{paper_scale}
 """
+_PAPER_SCALE_001 = """
+Rows ending `_180` (issue #28) run the seed's 180 rounds: noise
+calibrated for epsilon 1 over the 180 rounds (RDP), evaluated every 5th
+round and the last, in today's defaults (CMP-Fed: U on the output side,
+biases in V; DP-RandAgg clips the whole update), otherwise as the rows
+above; `_seed1` / `_seed2` rerun the headline pair (CMP-Fed rank 16,
+DP-FedAvg) with `--seed` and `--noise_seed` set to 1 / 2. Of the `_180`
+rows defined in the study, only those in this table have run."""
 _COMMON_001 = dict(
   rounds=30,
   client_sampling_rate=1 / 60,
@@ -299,7 +307,11 @@ for _split, _task, _table, _words in (
   STUDIES[f'seed001_{_split}'] = Study(
     title=f'Seed 001 Table {_table} (Fashion-MNIST {_words}) at reduced '
     'scale',
-    notes=_NOTES_001.format(table=_table, split_words=_words),
+    notes=_NOTES_001.format(
+      table=_table,
+      split_words=_words,
+      paper_scale=_PAPER_SCALE_001 if _split == 'iid' else '',
+    ),
     metric='test_accuracy',
     common=dict(task=_task, **_COMMON_001),
     rows=_rows_001(_split),

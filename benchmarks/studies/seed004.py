@@ -196,8 +196,9 @@ ledger": a label that was not yet task-aware. Their public batch was the
 356 held-out patients (the task's server batch, used since the medical
 task got it on 2026-11-22, before any row here ran); relabelled on
 2026-11-25. Headline pair (issue #28): FL-TOP-DP at r = 5% against
-DP-FedAvg at clip 1, also under seeds 1 and 2 (`_seed1`, `_seed2`: data
-order, initialisation, sampling and noise all reseeded).
+DP-FedAvg at clip 1, also under seeds 1 and 2 (`_seed1`, `_seed2`: the
+initial model, client sampling, local shuffles and noise reseeded; the
+clients' data split and the held-out patients stay).
 """,
     metric='test_balanced_accuracy',
     common=_MEDICAL_004,

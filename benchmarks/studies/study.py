@@ -58,11 +58,11 @@ def smoke(name: str, label: str, flags: dict[str, Any], **kwargs) -> Row:
 
 
 def reseeded(row: Row, seeds: tuple[int, ...]) -> tuple[Row, ...]:
-  """`row` again under other seeds (data order, init, sampling and noise).
-
-  Issue #28's seed spread: the headline pair of each paper reruns with
-  `seed` and `noise_seed` both set to each of `seeds`.
-  """
+  """`row` again under other seeds: `seed` (the initial model and public
+  randomness) and `noise_seed` (client sampling, local shuffles and the
+  noise) both set to each of `seeds`; the clients' data split is the
+  task's and stays. Issue #28's seed spread for each paper's headline
+  pair."""
   return tuple(
     dataclasses.replace(
       row,
