@@ -14,16 +14,19 @@ Figs. 1-2), beside the per-round norm quantiles.
 
   python -m tff_dp.plot --frontier --runs=runs/a,runs/b --output_dir=plots
   python -m tff_dp.plot --frontier \
-      --results=benchmarks/results/seed001_iid.json --rows=a,b --output_dir=p
+      --frontier_results=benchmarks/results/seed001_iid.json \
+      --frontier_rows=a,b --frontier_title=T --output_dir=p
 
 writes `frontier.png`: the best test metric against KB uploaded per
 participating client per round, one point per method (runs or rows that
 differ only by seed, `_seed<N>`, are one point at their mean with their
 range as error bars), the paper's number for it as a hollow marker at the
 same upload. Every private point must have the same epsilon (RDP, within
-1%), or it raises; non-private points are labelled "no DP". `--results`
-reads a study's results store (`benchmarks/results/<study>.json`), so a
-frontier can be drawn after its run folders are gone.
+1%), or it raises; non-private points are labelled "no DP".
+`--frontier_results` reads a study's results store
+(`benchmarks/results/<study>.json`), so a frontier can be drawn after its
+run folders are gone. (Flags are prefixed `frontier_`: modules that import
+this one, such as the study runner, define `--rows` of their own.)
 """
 
 import csv
@@ -371,15 +374,19 @@ _FRONTIER = flags.DEFINE_boolean(
   'frontier', False, 'Draw frontier.png (accuracy against upload).'
 )
 _RESULTS = flags.DEFINE_string(
-  'results',
+  'frontier_results',
   None,
   'With --frontier: a study results store (benchmarks/results/*.json) to '
   'draw instead of --runs.',
 )
 _ROWS = flags.DEFINE_list(
-  'rows', None, 'With --results: its rows to draw (default: all).'
+  'frontier_rows',
+  None,
+  'With --frontier_results: its rows to draw (default: all).',
 )
-_TITLE = flags.DEFINE_string('title', '', 'With --frontier: the plot title.')
+_TITLE = flags.DEFINE_string(
+  'frontier_title', '', 'With --frontier: the plot title.'
+)
 _LABELS = flags.DEFINE_list('labels', None, 'Legend labels (default: names).')
 _OUT = flags.DEFINE_string('output_dir', 'plots', 'Where PNGs go.')
 
@@ -388,7 +395,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if _RESULTS.value and not _FRONTIER.value:
-    raise app.UsageError('--results is read only with --frontier.')
+    raise app.UsageError('--frontier_results is read only with --frontier.')
   out = pathlib.Path(_OUT.value)
   if _RESULTS.value:
     points = frontier_points_from_results(
@@ -397,7 +404,7 @@ def main(argv):
     print(plot_frontier(points, out / 'frontier.png', _TITLE.value))
     return
   if not _RUNS.value:
-    raise app.UsageError('Give --runs (or --frontier --results).')
+    raise app.UsageError('Give --runs (or --frontier --frontier_results).')
   dirs = [pathlib.Path(r) for r in _RUNS.value]
   missing = [str(d) for d in dirs if not (d / 'metrics.csv').exists()]
   if missing:
