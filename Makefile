@@ -140,7 +140,7 @@ EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
 frontiers: $(STAMP)
 	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
 	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client: seed 001 at 30 rounds; best accuracy,fashion_mnist_5labels_30rounds)
-	-$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID: seed 001 at 180 rounds; best accuracy,fashion_mnist_iid_180rounds)
+	$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID: seed 001 at 180 rounds; best accuracy,fashion_mnist_iid_180rounds)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID: seed 004 r = 0.5% at 30 rounds; best accuracy,fashion_mnist_seed004_30rounds)
 	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality (PhysioNet 2012): seed 004 at 100 rounds; best balanced accuracy,medical_100rounds)
 	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers: seed 002 at 30 rounds; best accuracy,emnist_seed002_30rounds)
