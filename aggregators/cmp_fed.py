@@ -17,7 +17,10 @@ used; `'min_side'` puts U on the smaller side of each matrix. Each matrix has
 a rank r_l = min(rank, m, n) (a rank above min(m, n) is reduced to it: that
 factorisation is already exact). Vectors (biases, norms) are not factorised:
 they travel dense in the clipped payload of one phase, the second by default
-(`vectors_phase='v'`, under C2); the seed says nothing about them. Sent in the
+(`vectors_phase='v'`, under C2); the seed says nothing about them.
+`dense_below=N` (ours, not the seed's; default 0) treats every kernel with
+fewer than N entries as a vector too: only the large layers are factorised,
+and the small ones travel dense, clipped and noised with the biases. Sent in the
 first phase (`'u'`, runs before issue #24) they share C1 with U, and a client
 whose biases alone exceed C1 scales its U down with them. The `client_norms`
 measurement reports the cohort's mean pre-clip norms of U_i, V_i and the
@@ -84,7 +87,13 @@ LAYOUTS = ('out_in', 'in_out', 'min_side')
 VECTOR_PHASES = ('v', 'u')
 
 
-def check_options(layout: str, vectors_phase: str) -> None:
+def check_options(
+  layout: str, vectors_phase: str, dense_below: int = 0
+) -> None:
+  if not isinstance(dense_below, (int, np.integer)) or dense_below < 0:
+    raise ValueError(
+      f'dense_below must be an integer >= 0. Found {dense_below!r}.'
+    )
   if layout not in LAYOUTS:
     raise ValueError(f'layout must be one of {LAYOUTS}. Found {layout!r}.')
   if vectors_phase not in VECTOR_PHASES:
@@ -94,15 +103,16 @@ def check_options(layout: str, vectors_phase: str) -> None:
     )
 
 
-def matrix_dims(shape, rank: int, layout: str):
+def matrix_dims(shape, rank: int, layout: str, dense_below: int = 0):
   """`(m, n, r, transpose)` of a kernel's matrix M (m x n), or None.
 
   A kernel of shape (..., c_out) is the (in, out) matrix K with
   in = prod(...); M is K ('in_out'), K^T ('out_in': U on the output side)
-  or whichever puts the smaller side first ('min_side').
+  or whichever puts the smaller side first ('min_side'). None (sent dense)
+  for vectors and for kernels with fewer than `dense_below` entries.
   """
   shape = list(shape)
-  if len(shape) < 2:
+  if len(shape) < 2 or int(np.prod(shape)) < dense_below:
     return None
   k_in, k_out = int(np.prod(shape[:-1])), int(shape[-1])
   transpose = layout == 'out_in' or (layout == 'min_side' and k_in > k_out)
@@ -110,26 +120,30 @@ def matrix_dims(shape, rank: int, layout: str):
   return m, n, min(rank, m, n), transpose
 
 
-def _layout(value_type, rank: int, layout: str):
-  """Per tensor: (spec, matrix_dims or None for vectors)."""
+def _layout(value_type, rank: int, layout: str, dense_below: int):
+  """Per tensor: (spec, matrix_dims or None for dense tensors)."""
   specs = tff.types.type_to_tf_tensor_specs(value_type)
   flat = tf.nest.flatten(specs)
   out = []
   for s in flat:
     if not s.dtype.is_floating:
       raise TypeError(f'CMP-Fed needs float tensors. Found {s!r}.')
-    out.append((s, matrix_dims(s.shape.as_list(), rank, layout)))
+    out.append((s, matrix_dims(s.shape.as_list(), rank, layout, dense_below)))
   return specs, out
 
 
 def payload_sizes(
-  shapes, rank: int, layout: str = 'out_in', vectors_phase: str = 'v'
+  shapes,
+  rank: int,
+  layout: str = 'out_in',
+  vectors_phase: str = 'v',
+  dense_below: int = 0,
 ) -> tuple[int, int]:
   """`(phase-1 floats, phase-2 floats)` a client sends for these shapes."""
-  check_options(layout, vectors_phase)
+  check_options(layout, vectors_phase, dense_below)
   up1 = up2 = vecs = 0
   for shape in shapes:
-    dims = matrix_dims(shape, rank, layout)
+    dims = matrix_dims(shape, rank, layout, dense_below)
     if dims:
       m, n, r, _ = dims
       up1, up2 = up1 + m * r, up2 + n * r
@@ -174,6 +188,7 @@ class CMPFedFactory(
     secure_sum: bool = True,
     layout: str = 'out_in',
     vectors_phase: str = 'v',
+    dense_below: int = 0,
   ):
     """Checks the arguments.
 
@@ -194,13 +209,17 @@ class CMPFedFactory(
       vectors_phase: The phase whose clipped payload carries the vectors
         (biases): 'v' (under C2, the default) or 'u' (under C1; runs
         before issue #24).
+      dense_below: Kernels with fewer entries than this are not factorised:
+        they travel dense with the vectors, under that phase's clip (ours,
+        not the seed's; 0, the default, factorises every kernel).
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
     """
     if not isinstance(rank, (int, np.integer)) or rank < 1:
       raise ValueError(f'rank must be an integer >= 1. Found {rank!r}.')
-    check_options(layout, vectors_phase)
+    check_options(layout, vectors_phase, dense_below)
+    self._dense_below = int(dense_below)
     self._layout = layout
     self._vectors_phase = vectors_phase
     private = noise_multiplier is not None
@@ -239,7 +258,7 @@ class CMPFedFactory(
     if not self._private:
       raise ValueError('noise_energy needs noise_multiplier (CMP-Fed).')
     d1, d2 = payload_sizes(
-      shapes, self._rank, self._layout, self._vectors_phase
+      shapes, self._rank, self._layout, self._vectors_phase, self._dense_below
     )
     scale = self._z / self._clients
     clip_u, clip_v = self._clips
@@ -262,8 +281,16 @@ class CMPFedFactory(
     )
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    specs, layout = _layout(value_type, self._rank, self._layout)
+    specs, layout = _layout(
+      value_type, self._rank, self._layout, self._dense_below
+    )
     matrices = [(i, dims) for i, (_, dims) in enumerate(layout) if dims]
+    if not matrices:
+      raise ValueError(
+        f'CMP-Fed needs a kernel to factorise: none of {value_type} has 2 '
+        f'or more dimensions and at least dense_below={self._dense_below} '
+        'entries (DP-FedAvg sends every tensor dense).'
+      )
     vectors = [i for i, (_, dims) in enumerate(layout) if not dims]
     f32 = np.float32
     vec_types = [tff.TensorType(f32, layout[i][0].shape) for i in vectors]
@@ -435,7 +462,8 @@ def cmp_fed(
 ) -> CMPFedFactory:
   """CMP-Fed: two clipped, noised, secure-summed power-iteration phases.
 
-  `options`: `layout`, `vectors_phase`, `secure_sum` (see the factory).
+  `options`: `layout`, `vectors_phase`, `dense_below`, `secure_sum` (see
+  the factory).
   """
   return CMPFedFactory(
     rank,
@@ -454,18 +482,19 @@ def uv_fed(rank: int, *, seed: int = 0, **options) -> CMPFedFactory:
   return CMPFedFactory(rank, seed=seed, **options)
 
 
-def upload_bytes(shapes, rank: int) -> int:
-  """float32 U (and dense vectors) in phase 1, V in phase 2."""
-  up1, up2 = payload_sizes(shapes, rank)
+def upload_bytes(shapes, rank: int, dense_below: int = 0) -> int:
+  """float32 U and V, and the dense tensors, over the two phases."""
+  up1, up2 = payload_sizes(shapes, rank, dense_below=dense_below)
   return 4 * (up1 + up2)
 
 
-def extra_download_bytes(shapes, rank: int) -> int:
+def extra_download_bytes(shapes, rank: int, dense_below: int = 0) -> int:
   """V (phase 1) and U_hat (phase 2) broadcast besides the model."""
+  check_options('out_in', 'v', dense_below)
   total = 0
   for shape in shapes:
-    shape = list(shape)
-    if len(shape) >= 2:
-      m, n = int(np.prod(shape[:-1])), int(shape[-1])
-      total += (m + n) * min(rank, m, n)
+    dims = matrix_dims(shape, rank, 'out_in', dense_below)
+    if dims:
+      m, n, r, _ = dims
+      total += (m + n) * r
   return 4 * total

@@ -141,6 +141,10 @@ CASES = [
     "vectors_phase must be one of .* Found 'w'",
   ),
   (
+    lambda: _config(method='cmp_fed', cmp_dense_below=-1),
+    'cmp_dense_below must be an integer >= 0. Found -1',
+  ),
+  (
     lambda: _config(method='fl_top', clip_from_public_round=True),
     r"clip_from_public_round is for methods .* Found method='fl_top'",
   ),

@@ -99,6 +99,75 @@ def test_u_sits_on_the_output_side_by_default():
   assert e_u == pytest.approx(618 * (z / s) ** 2)
 
 
+def test_dense_below_factorises_only_the_large_kernels():
+  # The McMahan CNN with only its 3136 x 512 layer factorised: rank 1 sends
+  # U 512 in phase 1 and V 3136 with every other tensor dense in phase 2.
+  cnn = [(5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,), (3136, 512), (512,)]
+  cnn += [(512, 10), (10,)]
+  rest = 800 + 32 + 51200 + 64 + 512 + 5120 + 10
+  assert cmp_fed.payload_sizes(cnn, 1, dense_below=10**5) == (512, 3136 + rest)
+  assert cmp_fed.payload_sizes(cnn, 1, 'out_in', 'u', 10**5) == (
+    512 + rest,
+    3136,
+  )
+  assert cmp_fed.upload_bytes(cnn, 1, 10**5) == 4 * (512 + 3136 + rest)
+  assert cmp_fed.extra_download_bytes(cnn, 1, 10**5) == 4 * (3136 + 512)
+  # A kernel at the threshold is factorised; one entry below, sent dense.
+  assert cmp_fed.payload_sizes([(6, 4)], 1, dense_below=24) == (4, 6)
+  assert cmp_fed.payload_sizes([(6, 4)], 1, dense_below=25) == (0, 24)
+  assert cmp_fed.payload_sizes(cnn, 1, dense_below=0) == (
+    cmp_fed.payload_sizes(cnn, 1)
+  )
+
+
+@pytest.mark.parametrize('vectors_phase', ['v', 'u'])
+def test_a_dense_kernel_is_released_whole_under_its_phase_clip(
+  vectors_phase,
+):
+  # A 6 x 4 kernel, its bias and a 3 x 2 kernel that rank 1 cannot carry:
+  # with dense_below=7 the small kernel is sent dense, so the mean over two
+  # clients comes back exactly (factorised at rank 1 it does not).
+  mix = tff.StructWithPythonType(
+    list(TYPE) + [tff.TensorType(np.float32, [3, 2])], list
+  )
+  rng = np.random.default_rng(9)
+  values = [
+    _value(s) + [rng.normal(size=(3, 2)).astype(np.float32)] for s in (7, 8)
+  ]
+  mean = [(a + b) / 2 for a, b in zip(*values)]
+  options = dict(vectors_phase=vectors_phase)
+  process = cmp_fed.uv_fed(1, dense_below=7, **options).create(mix)
+  out = process.next(process.initialize(), values)
+  np.testing.assert_allclose(out.result[1], mean[1], atol=1e-6)
+  np.testing.assert_allclose(out.result[2], mean[2], atol=1e-6)
+  assert [v.shape for v in process.initialize()['v']] == [(6, 1)]
+  factored = cmp_fed.uv_fed(1, **options).create(mix)
+  out = factored.next(factored.initialize(), values)
+  assert np.abs(out.result[2] - mean[2]).max() > 0.1
+  # Under adversarial scale the dense kernel and the bias together stay
+  # within their phase's clip.
+  c1, c2 = 0.5, 0.25
+  process = cmp_fed.cmp_fed(
+    1,
+    noise_multiplier=0.0,
+    clients_per_round=1,
+    clip_u=c1,
+    clip_v=c2,
+    dense_below=7,
+    **options,
+  ).create(mix)
+  big = [1e5 * x for x in values[0]]
+  out = process.next(process.initialize(), [big])
+  dense = np.concatenate([np.ravel(out.result[1]), np.ravel(out.result[2])])
+  clip = c1 if vectors_phase == 'u' else c2
+  assert 0.1 * clip < np.linalg.norm(dense) <= clip * (1 + 1e-3)
+
+
+def test_dense_below_must_leave_a_kernel_to_factorise():
+  with pytest.raises(ValueError, match='dense_below=25 entries'):
+    cmp_fed.uv_fed(1, dense_below=25).create(TYPE)
+
+
 @pytest.mark.parametrize('vectors_phase', ['v', 'u'])
 def test_biases_ride_in_the_chosen_phase_under_its_clip(vectors_phase):
   # A small matrix part and a bias of norm 100: in phase 1 (legacy) the
@@ -235,6 +304,8 @@ def test_bytes():
       r"layout must be one of \('out_in', 'in_out', 'min_side'\)",
     ),
     (dict(vectors_phase='w'), r"vectors_phase must be one of .* Found 'w'"),
+    (dict(dense_below=-1), 'dense_below must be an integer >= 0. Found -1'),
+    (dict(dense_below=2.5), 'dense_below must be an integer >= 0. Found 2.5'),
   ],
 )
 def test_bad_args(kwargs, match):

@@ -32,6 +32,13 @@ class LowRankOptions(options.Options):
     choices=cmp_fed.VECTOR_PHASES,
     legacy='u',
   )
+  cmp_dense_below: int = options.option(
+    0,
+    'CMP-Fed/UV-Fed: kernels with fewer entries than this are sent dense '
+    "with the biases, not factorised (ours, not the seed's; 0: every "
+    'kernel factorised).',
+    check=options.integer(0),
+  )
   # The model's trainable shapes (setup).
   model_shapes: tuple = options.computed(())
 
@@ -69,7 +76,11 @@ def _method(name: str) -> registry.Method:
 
   def aggregator(p: registry.MethodParams):
     o = p.options
-    layout = dict(layout=o.cmp_layout, vectors_phase=o.cmp_vectors_phase)
+    layout = dict(
+      layout=o.cmp_layout,
+      vectors_phase=o.cmp_vectors_phase,
+      dense_below=o.cmp_dense_below,
+    )
     if not private:
       return cmp_fed.CMPFedFactory(o.cmp_rank, seed=p.seed, **layout)
     clip_u, clip_v = o.clips(p.clip)
@@ -98,10 +109,10 @@ def _method(name: str) -> registry.Method:
     options=CMPFedOptions if private else LowRankOptions,
     build_aggregator=aggregator,
     upload_bytes=lambda p: cmp_fed.upload_bytes(
-      p.options.model_shapes, p.options.cmp_rank
+      p.options.model_shapes, p.options.cmp_rank, p.options.cmp_dense_below
     ),
     extra_download_bytes=lambda p: cmp_fed.extra_download_bytes(
-      p.options.model_shapes, p.options.cmp_rank
+      p.options.model_shapes, p.options.cmp_rank, p.options.cmp_dense_below
     ),
     round_event=(
       (
