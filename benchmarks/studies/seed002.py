@@ -1,6 +1,9 @@
 """Seed 002: DPSFL, DPSFL-AC and FetchSGD on a count sketch against DP-FedAvg
 and DP-RandAgg, on EMNIST and CIFAR-10."""
 
+import dataclasses
+
+from benchmarks.studies.study import reseeded
 from benchmarks.studies.study import Row
 from benchmarks.studies.study import STATEFUL_DROPOUT
 from benchmarks.studies.study import smoke
@@ -136,6 +139,13 @@ def _sketch_study(
   )
 
 
+# DPSFL-AC in the relative reading (the default since issue #24), its bit
+# noise at the default expected clients / 20.
+_AC_RELATIVE = (
+  'dpsfl_ac_relative',
+  'DPSFL-AC, relative impact test, bit noise expected clients / 20',
+  dict(method='dpsfl_ac', dpsfl_bit_noise=None),
+)
 STUDIES['seed002_emnist'] = _sketch_study(
   'emnist',
   'LEAF EMNIST, 300 writers, 62 classes, CNN-2-layers (1,206,590 params; '
@@ -149,16 +159,8 @@ STUDIES['seed002_emnist'] = _sketch_study(
   0.3,
   extra_rows=(
     # The relative impact test over 30 rounds: does its clip settle?
-    Row(
-      'dpsfl_ac_relative',
-      'DPSFL-AC, relative impact test, bit noise expected clients / 20',
-      dict(method='dpsfl_ac', dpsfl_bit_noise=None),
-    ),
-    smoke(
-      'dpsfl_ac_relative',
-      'DPSFL-AC, relative impact test, bit noise expected clients / 20',
-      dict(method='dpsfl_ac', dpsfl_bit_noise=None),
-    ),
+    Row(*_AC_RELATIVE),
+    smoke(*_AC_RELATIVE),
     # FetchSGD's sketch momentum 0.9 (the runner's default; the rows above
     # ran without it), at two sketch lrs: 0.1 gives the steady step
     # lr / (1 - 0.9) = 1 of the momentum-free rows, 0.03 a third of it.
@@ -197,4 +199,92 @@ STUDIES['seed002_cifar10'] = _sketch_study(
       dict(method='dp_fedavg', server_lr=0.5),
     ),
   ),
+)
+
+# Issue #28 item 5: seed 002 at equal upload on EMNIST, all in today's code
+# (stateless dropout), at the study's 30 rounds (the seed states no round
+# count). The sketch is the study's 5 x 100,000 with top-k 10,000 (k /
+# columns = 0.1, which the study found FetchSGD needs): compression level
+# (bytes up and down against dense, the seed's measure in Fig. 5) 4.6x,
+# inside the seed's sweep of 1 to 5. Upload per client and round, from
+# `aggregators/dpsfl.upload_bytes(rows, columns)` = 4 x rows x columns:
+# 4 x 5 x 100,000 = 2,000,000 B (DPSFL-AC 2,000,004 B: + its bit).
+# DP-RandAgg uploads `aggregators/dp_randagg.upload_bytes(k)` = 4k B, so the
+# same bytes are k = 500,000 of CNN-2-layers' d = 1,206,590 weights: k / d =
+# 5 x 100,000 / 1,206,590 = 0.414391 (`methods/dp_randagg.num_coordinates`:
+# round(0.414391 x 1,206,590) = 500,000, so 2,000,000 B). DP-FedAvg is the
+# uncompressed reference: 4d = 4,826,360 B, 2.41x the others.
+_emnist = STUDIES['seed002_emnist']
+_by_name = {r.name: r for r in _emnist.rows}
+_EMNIST_PARAMS = 1_206_590  # CNN-2-layers on EMNIST-62.
+_RANDAGG_FRACTION = round(
+  _emnist.common['sketch_rows']
+  * _emnist.common['sketch_columns']
+  / _EMNIST_PARAMS,
+  6,
+)
+# The largest cohort the 300 writers allow: Poisson q = 1, all 300 every
+# round (the accountant takes q = 1, with no amplification by sampling).
+# It measures the cohort-size argument (results README: the noise per
+# counter of the mean sketch, z sqrt(rows) C / n, against a typical
+# coordinate of the mean update, C / sqrt(d) = 0.0003). Epsilon 4 at delta
+# 1/300 over 30 rounds needs z = 4.532 at q = 1 against 0.835 at q = 0.1
+# (`privacy.calibrate_noise_multiplier`, RDP; PLD epsilon 3.49), so the
+# noise per counter is 4.532 x sqrt(5) x 0.3 / 300 = 0.0101 against
+# 0.835 x sqrt(5) x 0.3 / 30 = 0.0187: 1.84x less, still about 34x the
+# typical coordinate, so the estimate predicts no rescue. DPSFL at its
+# fixed clip (not DPSFL-AC): C in the argument stays fixed and no bit
+# shares the budget. 10x the cohort of every other row: the worker's
+# memory grows with the cohort (README, memory over long runs), not
+# measured at 300.
+_EQUAL_UPLOAD = tuple(
+  Row(f'{name}_eqbytes', label, flags)
+  for name, label, flags in (
+    (
+      'dp_fedavg',
+      'DP-FedAvg (fixed clip, uncompressed reference)',
+      _by_name['dp_fedavg'].flags,
+    ),
+    ('fetchsgd', 'FetchSGD (no DP), sketch upload', _by_name['fetchsgd'].flags),
+    ('dpsfl', 'DPSFL, sketch upload', _by_name['dpsfl'].flags),
+    (
+      'dpsfl_ac_relative',
+      'DPSFL-AC (relative impact test), sketch upload',
+      _by_name['dpsfl_ac_relative'].flags,
+    ),
+    (
+      'dp_randagg',
+      f'DP-RandAgg (k/d = {_RANDAGG_FRACTION}), sketch upload',
+      dict(method='dp_randagg', randagg_fraction=_RANDAGG_FRACTION),
+    ),
+    (
+      'dpsfl_q1',
+      'DPSFL, sketch upload, all 300 writers a round (q = 1)',
+      dict(_by_name['dpsfl'].flags, client_sampling_rate=1.0),
+    ),
+  )
+)
+_eq = {r.name: r for r in _EQUAL_UPLOAD}
+STUDIES['seed002_emnist'] = dataclasses.replace(
+  _emnist,
+  notes=_emnist.notes
+  + f"""Rows ending `_eqbytes` (issue #28) compare the methods at equal
+upload, in today's code: DPSFL, DPSFL-AC (relative reading) and FetchSGD
+with the sketch above (2,000,000 B a client and round) against DP-RandAgg
+sending k / d = {_RANDAGG_FRACTION} of the weights (500,000 float32, the
+same bytes; its download is the model and the k indices) and DP-FedAvg
+uncompressed (4,826,360 B) as the reference, 30 rounds. `dpsfl_q1_eqbytes`
+samples all 300 writers every round (q = 1, noise multiplier recalibrated
+for epsilon 4: noise per counter 0.0101 against 0.0187 at q = 0.1) to
+measure the cohort-size argument instead of estimating it.
+`_seed1` / `_seed2` rerun the headline pair (DPSFL-AC relative, DP-FedAvg)
+with `--seed` and `--noise_seed` set to 1 / 2. Of the `_eqbytes` rows
+(and their `_seed` reruns) defined in the study, only those in this table
+have run.
+""",
+  # The headline pair (DPSFL-AC relative against DP-FedAvg) under seeds 1, 2.
+  rows=_emnist.rows
+  + _EQUAL_UPLOAD
+  + reseeded(_eq['dpsfl_ac_relative_eqbytes'], (1, 2))
+  + reseeded(_eq['dp_fedavg_eqbytes'], (1, 2)),
 )
