@@ -365,6 +365,9 @@ def run_experiment(
     'bytes_up_total': totals['up'],
     'final': {k: v for k, v in final.items() if k.startswith('test_')},
     'rounds_completed': len(rows),
+    # Above 1 when this invocation resumed from a checkpoint: its wall time
+    # then covers only the rounds from here on.
+    'first_round_this_invocation': start_round,
     'wall_seconds_this_invocation': time.perf_counter() - start,
   }
   if output_dir is not None:

@@ -246,6 +246,17 @@ def _cmp_client_norms(config, rows) -> dict[str, str]:
   }
 
 
+def wall_label(run_dir: pathlib.Path, wall: float) -> Any:
+  """The row's 'wall s': `wall` rounded, or, for a run this invocation
+  resumed from a checkpoint (a row continued over sessions), a label that
+  says the seconds cover only the rounds from where it resumed."""
+  summary = json.loads((run_dir / 'summary.json').read_text())
+  first = summary.get('first_round_this_invocation', 1)
+  if first <= 1:
+    return round(wall, 1)
+  return f'{wall:.1f} (rounds {first}-{summary["rounds_completed"]} only)'
+
+
 def run_row(
   study_name: str, study: Study, row: Row, rerun: bool, timeout_s: int = 3600
 ) -> None:
@@ -319,7 +330,7 @@ def run_row(
     else '',
     'seed': values.get('seed', 0),
     'date': results_table.today(),
-    'wall s': round(wall, 1) if wall is not None else '',
+    'wall s': wall_label(run_dir, wall) if wall is not None else '',
     'command': command,
   }
   md = RESULTS / f'{study_name}.md'

@@ -117,6 +117,18 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   assert out['KB up / client (to best)'] == pytest.approx(84 * 2 * 0.1 / 1000)
 
 
+def test_a_resumed_rows_wall_time_says_which_rounds_it_covers(tmp_path):
+  import json
+
+  summary = {'rounds_completed': 180, 'first_round_this_invocation': 1}
+  (tmp_path / 'summary.json').write_text(json.dumps(summary))
+  assert studies.runner.wall_label(tmp_path, 1234.56) == 1234.6
+  summary['first_round_this_invocation'] = 121
+  (tmp_path / 'summary.json').write_text(json.dumps(summary))
+  label = studies.runner.wall_label(tmp_path, 500.04)
+  assert label == '500.0 (rounds 121-180 only)'
+
+
 def test_per_client_kb_use_the_runs_own_sampling():
   # Fixed-size cohorts record rate None: a client is in a round with
   # probability clients_per_round / num_clients (a row setting

@@ -171,6 +171,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, reference):
   assert len(_rows(tmp_path / 'resumed' / 'metrics.csv')) == 2
   summary = training.run_experiment(resumed)  # The same command again.
   assert summary['rounds_completed'] == 4
+  assert summary['first_round_this_invocation'] == 3
   a = _rows(full_dir / 'metrics.csv')
   b = _rows(tmp_path / 'resumed' / 'metrics.csv')
   for ra, rb in zip(a, b):
@@ -486,6 +487,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
   pb.write_bytes(pb.read_bytes()[:100])  # Truncated: a crash mid-write.
   summary = training.run_experiment(config)  # Resumes from round 3.
   assert summary['rounds_completed'] == 4
+  assert summary['first_round_this_invocation'] == 4
   assert (ckpt / 'corrupt_round_4').is_dir()
   after = _final_weights(tmp_path / 'run')
   for k in before:
