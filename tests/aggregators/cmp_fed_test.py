@@ -33,6 +33,18 @@ def _value(seed, scale=1.0):
   ]
 
 
+def _noiseless(rank, clip_u, clip_v, **options):
+  """CMP-Fed with the clips and no noise, one client a round."""
+  return cmp_fed.cmp_fed(
+    rank,
+    noise_multiplier=0.0,
+    clients_per_round=1,
+    clip_u=clip_u,
+    clip_v=clip_v,
+    **options,
+  )
+
+
 @pytest.mark.parametrize('private', [False, True])
 def test_full_rank_reconstructs_a_single_update_exactly(private):
   kwargs = {}
@@ -147,15 +159,7 @@ def test_a_dense_kernel_is_released_whole_under_its_phase_clip(
   # Under adversarial scale the dense kernel and the bias together stay
   # within their phase's clip.
   c1, c2 = 0.5, 0.25
-  process = cmp_fed.cmp_fed(
-    1,
-    noise_multiplier=0.0,
-    clients_per_round=1,
-    clip_u=c1,
-    clip_v=c2,
-    dense_below=7,
-    **options,
-  ).create(mix)
+  process = _noiseless(1, c1, c2, dense_below=7, **options).create(mix)
   big = [1e5 * x for x in values[0]]
   out = process.next(process.initialize(), [big])
   dense = np.concatenate([np.ravel(out.result[1]), np.ravel(out.result[2])])
@@ -249,14 +253,8 @@ def test_repeated_rounds_converge_to_the_best_rank_r_approximation():
 @pytest.mark.parametrize('layout', ['out_in', 'in_out', 'min_side'])
 def test_each_phase_is_clipped_on_adversarial_inputs(layout, vectors_phase):
   c1, c2 = 0.5, 0.25
-  process = cmp_fed.cmp_fed(
-    2,
-    noise_multiplier=0.0,
-    clients_per_round=1,
-    clip_u=c1,
-    clip_v=c2,
-    layout=layout,
-    vectors_phase=vectors_phase,
+  process = _noiseless(
+    2, c1, c2, layout=layout, vectors_phase=vectors_phase
   ).create(TYPE)
   out = process.next(process.initialize(), [_value(4, scale=1e5)])
   # Phase 2's mean V (the new warm start) has norm <= C2; the dense bias is
