@@ -358,7 +358,8 @@ def plot_frontier(
   ax.set_xlabel('KB uploaded per participating client per round')
   ax.set_ylabel(metric)
   eps_words = f'epsilon {eps[0]:.3g} (RDP)' if eps else 'no DP'
-  ax.set_title(f'{title} ({eps_words})' if title else eps_words, fontsize=9)
+  # Over the figure: a long legend must not push the title off its edge.
+  fig.suptitle(f'{title} ({eps_words})' if title else eps_words, fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
   path = pathlib.Path(path)
