@@ -17,15 +17,16 @@ used; `'min_side'` puts U on the smaller side of each matrix. Each matrix has
 a rank r_l = min(rank, m, n) (a rank above min(m, n) is reduced to it: that
 factorisation is already exact). Vectors (biases, norms) are not factorised:
 they travel dense in the clipped payload of one phase, the second by default
-(`vectors_phase='v'`, under C2); the seed says nothing about them.
+(`vectors_phase='v'`, under C2); the seed says nothing about them. Sent in the
+first phase (`'u'`, runs before issue #24) they share C1 with U, and a client
+whose biases alone exceed C1 scales its U down with them.
 `dense_below=N` (ours, not the seed's; default 0) treats every kernel with
 fewer than N entries as a vector too: only the large layers are factorised,
-and the small ones travel dense, clipped and noised with the biases. Sent in the
-first phase (`'u'`, runs before issue #24) they share C1 with U, and a client
-whose biases alone exceed C1 scales its U down with them. The `client_norms`
-measurement reports the cohort's mean pre-clip norms of U_i, V_i and the
-vectors. The server keeps V (n x r_l per matrix) in its state as the warm
-start; a round is two secure-sum phases in one `AggregationProcess.next`:
+and the small ones travel dense, clipped and noised with the biases. The
+`client_norms` measurement reports the cohort's mean pre-clip norms of U_i,
+V_i and the vectors. The server keeps V (n x r_l per matrix) in its state
+as the warm start; a round is two secure-sum phases in one
+`AggregationProcess.next`:
 
 1. clients compute U_i = Delta_i V, clipped to C1 over all layers together
    (with the vectors if `vectors_phase='u'`); the DP query adds
@@ -87,13 +88,17 @@ LAYOUTS = ('out_in', 'in_out', 'min_side')
 VECTOR_PHASES = ('v', 'u')
 
 
-def check_options(
-  layout: str, vectors_phase: str, dense_below: int = 0
-) -> None:
+def _check_dense_below(dense_below: int) -> None:
   if not isinstance(dense_below, (int, np.integer)) or dense_below < 0:
     raise ValueError(
       f'dense_below must be an integer >= 0. Found {dense_below!r}.'
     )
+
+
+def check_options(
+  layout: str, vectors_phase: str, dense_below: int = 0
+) -> None:
+  _check_dense_below(dense_below)
   if layout not in LAYOUTS:
     raise ValueError(f'layout must be one of {LAYOUTS}. Found {layout!r}.')
   if vectors_phase not in VECTOR_PHASES:
@@ -490,7 +495,7 @@ def upload_bytes(shapes, rank: int, dense_below: int = 0) -> int:
 
 def extra_download_bytes(shapes, rank: int, dense_below: int = 0) -> int:
   """V (phase 1) and U_hat (phase 2) broadcast besides the model."""
-  check_options('out_in', 'v', dense_below)
+  _check_dense_below(dense_below)
   total = 0
   for shape in shapes:
     dims = matrix_dims(shape, rank, 'out_in', dense_below)
