@@ -399,6 +399,90 @@ def test_noise_stddev_of_both_phases():
   assert np.median([cmp_fed.signal_share(x, e_v) for x in v]) < 0.1
 
 
+def test_noise_of_dense_kernels_rides_in_their_phase():
+  # With dense_below the 5 x 4 kernel is sent dense in phase 2: its noise
+  # is N(0, (z C2 / n)^2) per entry like V's, and noise_energy counts it.
+  z, c1, c2, n = 2.0, 0.5, 0.25, 4
+  shapes = [(60, 40), (40,), (5, 4)]
+  value_type = tff.StructWithPythonType(
+    [tff.TensorType(np.float32, s) for s in shapes], list
+  )
+  factory = cmp_fed.cmp_fed(
+    8,
+    noise_multiplier=z,
+    clients_per_round=n,
+    clip_u=c1,
+    clip_v=c2,
+    noise_seed=0,
+    dense_below=100,
+  )
+  process = factory.create(value_type)
+  state = process.initialize()
+  zero = [np.zeros(s, np.float32) for s in shapes]
+  v, dense = [], []
+  for _ in range(4):
+    out = process.next(state, [zero, zero])
+    state = out.state
+    v.append(out.measurements['mean_norms']['v_norm'])
+    dense.append(np.asarray(out.result[2]))
+  e_u, e_v = factory.noise_energy(shapes)
+  # U 40 x 8 (output side); V 60 x 8 + the bias 40 + the dense kernel 20.
+  assert e_u == pytest.approx(40 * 8 * (z * c1 / n) ** 2)
+  assert e_v == pytest.approx((60 * 8 + 40 + 20) * (z * c2 / n) ** 2)
+  assert np.mean(np.square(v)) == pytest.approx(e_v, rel=0.12)
+  # The dense kernel's own entries: 80 draws of N(0, (z C2 / n)^2).
+  assert np.std(dense) == pytest.approx(z * c2 / n, rel=0.25)
+
+
+# The McMahan CNN of seed 001 (1,663,370 parameters).
+_MCMAHAN_CNN = [
+  (5, 5, 1, 32),
+  (32,),
+  (5, 5, 32, 64),
+  (64,),
+  (3136, 512),
+  (512,),
+  (512, 10),
+  (10,),
+]
+
+
+@pytest.mark.parametrize('vectors_phase', ['v', 'u'])
+def test_each_phase_is_clipped_at_cnn_size_with_dense_kernels(vectors_phase):
+  # The row cmp_fed_r16_dense_180's layout (only the 3136 x 512 kernel
+  # factorised) on adversarial clients, one at a time, no noise: each
+  # phase's release stays within its clip and finite.
+  value_type = tff.StructWithPythonType(
+    [tff.TensorType(np.float32, s) for s in _MCMAHAN_CNN], list
+  )
+  c1, c2 = 0.01, 1.0
+  process = _noiseless(
+    16, c1, c2, dense_below=10**5, vectors_phase=vectors_phase
+  ).create(value_type)
+  state = process.initialize()
+  rng = np.random.default_rng(0)
+  hot = [np.zeros(s, np.float32) for s in _MCMAHAN_CNN]
+  hot[2][0, 0, 0, 0] = 1e20  # A dense conv kernel's one huge entry.
+  cases = [
+    hot,
+    [np.full(s, 3.4e38, np.float32) for s in _MCMAHAN_CNN],
+    [1e6 * rng.normal(size=s).astype(np.float32) for s in _MCMAHAN_CNN],
+  ]
+  for value in cases:
+    out = process.next(state, [value])
+    norms = out.measurements['mean_norms']
+    assert np.isfinite(norms['u_norm']) and np.isfinite(norms['v_norm'])
+    assert norms['u_norm'] <= c1 * (1 + 1e-4)
+    assert norms['v_norm'] <= c2 * (1 + 1e-4)
+    released = [np.asarray(x, np.float64) for x in out.result]
+    assert all(np.all(np.isfinite(x)) for x in released)
+    # The dense tensors (conv and output kernels, biases) are released as
+    # sent in their phase: their norm is within that phase's clip.
+    dense = [released[i] for i in (0, 1, 2, 3, 5, 6, 7)]
+    clip = c1 if vectors_phase == 'u' else c2
+    assert np.sqrt(sum(np.sum(x**2) for x in dense)) <= clip * (1 + 1e-4)
+
+
 def test_signal_share_estimates_the_signal_energy():
   # A fixed mean x plus Gaussian noise of known energy, as a release is.
   rng = np.random.default_rng(3)
