@@ -19,6 +19,18 @@ CONV = tff.StructWithPythonType(
   list,
 )
 
+# The McMahan CNN of seed 001 (1,663,370 parameters).
+_MCMAHAN_CNN = [
+  (5, 5, 1, 32),
+  (32,),
+  (5, 5, 32, 64),
+  (64,),
+  (3136, 512),
+  (512,),
+  (512, 10),
+  (10,),
+]
+
 
 @pytest.fixture(scope='module', autouse=True)
 def context():
@@ -88,16 +100,7 @@ def test_conv_kernels_are_reshaped_and_reconstructed(
 def test_u_sits_on_the_output_side_by_default():
   # The McMahan CNN: U's rows per rank are 32 + 64 + 512 + 10 = 618 on the
   # output side (PyTorch's (out, in) layout), 4,473 on the input side.
-  cnn = [
-    (5, 5, 1, 32),
-    (32,),
-    (5, 5, 32, 64),
-    (64,),
-    (3136, 512),
-    (512,),
-    (512, 10),
-    (10,),
-  ]
+  cnn = _MCMAHAN_CNN
   biases = 32 + 64 + 512 + 10
   assert cmp_fed.payload_sizes(cnn, 1) == (618, 4473 + biases)
   assert cmp_fed.payload_sizes(cnn, 1, 'in_out', 'u') == (4473 + biases, 618)
@@ -114,8 +117,7 @@ def test_u_sits_on_the_output_side_by_default():
 def test_dense_below_factorises_only_the_large_kernels():
   # The McMahan CNN with only its 3136 x 512 layer factorised: rank 1 sends
   # U 512 in phase 1 and V 3136 with every other tensor dense in phase 2.
-  cnn = [(5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,), (3136, 512), (512,)]
-  cnn += [(512, 10), (10,)]
+  cnn = _MCMAHAN_CNN
   rest = 800 + 32 + 51200 + 64 + 512 + 5120 + 10
   assert cmp_fed.payload_sizes(cnn, 1, dense_below=10**5) == (512, 3136 + rest)
   assert cmp_fed.payload_sizes(cnn, 1, 'out_in', 'u', 10**5) == (
@@ -432,19 +434,6 @@ def test_noise_of_dense_kernels_rides_in_their_phase():
   assert np.mean(np.square(v)) == pytest.approx(e_v, rel=0.12)
   # The dense kernel's own entries: 80 draws of N(0, (z C2 / n)^2).
   assert np.std(dense) == pytest.approx(z * c2 / n, rel=0.25)
-
-
-# The McMahan CNN of seed 001 (1,663,370 parameters).
-_MCMAHAN_CNN = [
-  (5, 5, 1, 32),
-  (32,),
-  (5, 5, 32, 64),
-  (64,),
-  (3136, 512),
-  (512,),
-  (512, 10),
-  (10,),
-]
 
 
 @pytest.mark.parametrize('vectors_phase', ['v', 'u'])
