@@ -136,6 +136,7 @@ FASHION_180 = dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_
 FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
 MEDICAL_100 = fedavg,dp_fedavg,dp_fedavg_seed1,dp_fedavg_seed2,dp_fedavg_clip0.1,dp_fedavg_slr0.3,fl_std_dp_public_clip,fl_top,fl_top_dp,fl_top_r5pct,fl_top_dp_r5pct,fl_top_dp_r5pct_seed1,fl_top_dp_r5pct_seed2,fl_top_dp_r10pct,fl_basic_r5pct,fl_basic_dp_r5pct,fl_basic_dp_r10pct
 EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetchsgd
+EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes
 EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
 frontiers: $(STAMP)
 	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
@@ -144,6 +145,7 @@ frontiers: $(STAMP)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID: seed 004 r = 0.5% at 30 rounds; best accuracy,fashion_mnist_seed004_30rounds)
 	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality (PhysioNet 2012): seed 004 at 100 rounds; best balanced accuracy,medical_100rounds)
 	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers: seed 002 at 30 rounds; best accuracy,emnist_seed002_30rounds)
+	$(call FRONTIER,seed002_emnist,$(EMNIST_002_EQ),EMNIST 300 writers: seed 002 at equal upload (2 MB a round) and 30 rounds; best accuracy,emnist_seed002_eqbytes_30rounds)
 	$(call FRONTIER,seed000_table3,$(EMNIST_000),EMNIST 300 writers: seed 000 at 30 rounds; best accuracy,emnist_seed000_30rounds)
 
 bench-load: $(STAMP) $(JEMALLOC_STAMP)
