@@ -59,6 +59,22 @@ def update(
   rows[name] = row
   md.parent.mkdir(parents=True, exist_ok=True)
   store.write_text(json.dumps(rows, indent=2, sort_keys=True) + '\n')
+  render(md_path, title=title, columns=columns, notes=notes)
+
+
+def render(
+  md_path: str, *, title: str, columns: Sequence[str], notes: str = ''
+) -> None:
+  """Rewrites the markdown table from its JSON store, changing no row.
+
+  Raises:
+    FileNotFoundError: If the store (`md_path` with `.json`) does not exist.
+  """
+  md = pathlib.Path(md_path)
+  store = md.with_suffix('.json')
+  if not store.exists():
+    raise FileNotFoundError(f'No results store {store} to render {md} from.')
+  rows = json.loads(store.read_text())
   lines = [f'# {title}', '']
   if notes:
     lines += [notes.strip(), '']

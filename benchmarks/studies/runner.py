@@ -341,12 +341,21 @@ def run_row(
     )
     if old:
       record['date'], record['wall s'] = old['date'], old['wall s']
-  results_table.update(
-    str(md),
-    row.name,
-    record,
+  results_table.update(str(md), row.name, record, **_table_layout(study))
+  print(f'[{study_name}/{row.name}] {result}', flush=True)
+
+
+def _table_layout(study: Study) -> dict[str, Any]:
+  return dict(
     title=study.title,
     columns=study.columns,
     notes=study.notes + f'\nMachine: {results_table.machine()}.',
   )
-  print(f'[{study_name}/{row.name}] {result}', flush=True)
+
+
+def render_table(study_name: str, study: Study) -> pathlib.Path:
+  """Rewrites `benchmarks/results/<study>.md` from its JSON store with the
+  study's current title, notes and columns; runs nothing, changes no row."""
+  md = RESULTS / f'{study_name}.md'
+  results_table.render(str(md), **_table_layout(study))
+  return md

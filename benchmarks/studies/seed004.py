@@ -116,7 +116,11 @@ paper's Cost: bytes per participant x round of best x q. Paper numbers
 are after up to 200 rounds. Non-private FL-TOP and FL-BASIC rows ran
 before issue #24 with their K values clipped at 1 and divided by the
 expected cohort (`--top_k_nonprivate_clip`, kept in their commands); the
-paper does not clip them (its Alg. 1), which is the default since.
+paper does not clip them (its Alg. 1), which is the default since. The
+rows dated 2026-11-22 ran before either flag existed, when their
+behaviour was the default, and were recorded without them; their
+commands were given the flags on 2026-11-25 so that they rerun as they
+ran (not rerun to check).
 """,
     metric='test_accuracy',
     common=_FASHION_004,
@@ -201,8 +205,10 @@ MLP 340+ features -> 64 -> 32 -> 1. Poisson q = 0.1 (40 clients a round),
 delta 1e-4). Balanced accuracy at threshold 0 (logit) and AUROC on the
 held-out 20% of each unit. DP clips as in the Fashion-MNIST study (median
 pre-clip norm of the non-private run; DP-FedAvg at clip 1). Non-private
-FL-TOP and FL-BASIC rows ran with a clip at 1 (`--top_k_nonprivate_clip`,
-see the Fashion-MNIST study). Rows recorded before 2026-11-24 said
+FL-TOP and FL-BASIC rows at r = 0.1% ran with a clip at 1
+(`--top_k_nonprivate_clip`, see the Fashion-MNIST study), before the flag
+existed; their commands were given it on 2026-11-25 so that they rerun
+as they ran (not rerun to check). Rows recorded before 2026-11-24 said
 "EMNIST digits stand in for the public set" in their "tuning outside
 ledger": a label that was not yet task-aware. Their public batch was the
 356 held-out patients (the task's server batch, used since the medical

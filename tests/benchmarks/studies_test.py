@@ -170,6 +170,11 @@ def test_the_study_command_starts():
   # It reaches main, which refuses the row (absl exits 1 on a UsageError).
   assert "Unknown rows ['no_such_row']" in done.stderr, done.stderr[-2000:]
   assert 'DuplicateFlagError' not in done.stderr
+  done = subprocess.run(
+    done.args + ['--render_only'], capture_output=True, text=True, timeout=300
+  )
+  assert done.returncode == 1
+  assert '--render_only takes no --rows' in done.stderr, done.stderr[-2000:]
 
 
 def test_every_study_row_is_unique_and_headline_seeds_reseed():
@@ -185,3 +190,30 @@ def test_every_study_row_is_unique_and_headline_seeds_reseed():
   assert iid['cmp_fed_r16_180_seed2'].flags == dict(
     iid['cmp_fed_r16_180'].flags, seed=2, noise_seed=2
   )
+
+
+def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
+  import json
+
+  study = studies.STUDIES['seed004_medical']
+  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path)
+  with pytest.raises(FileNotFoundError, match='No results store'):
+    studies.runner.render_table('seed004_medical', study)
+  rows = {
+    'b_row': {'row': 'b_row', 'best test metric': 0.61234, 'command': 'x|y'},
+    'a_row': {'row': 'a_row', 'seed': 2},
+  }
+  store = tmp_path / 'seed004_medical.json'
+  store.write_text(json.dumps(rows, indent=2, sort_keys=True) + '\n')
+  before = store.read_text()
+  md = studies.runner.render_table('seed004_medical', study)
+  assert md == tmp_path / 'seed004_medical.md'
+  text = md.read_text()
+  assert text.startswith(f'# {study.title}\n')
+  assert study.notes.strip() in text
+  assert '\nMachine: ' in text
+  assert '| ' + ' | '.join(study.columns) + ' |' in text
+  # Rows in the store's order, floats to 4 digits, '|' escaped.
+  assert text.index('| a_row |') < text.index('| b_row |')
+  assert '| 0.6123 |' in text and '`x\\|y`' in text
+  assert store.read_text() == before
