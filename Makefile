@@ -132,7 +132,8 @@ study: $(STAMP)
 # studies' results stores (issue #28): benchmarks/results/frontiers/*.png.
 FRONTIER = $(PY) -m tff_dp.plot --frontier --frontier_results=benchmarks/results/$(1).json --frontier_rows=$(2) --frontier_title='$(3)' --output_dir=build/frontiers/$(4) && mkdir -p benchmarks/results/frontiers && cp build/frontiers/$(4)/frontier.png benchmarks/results/frontiers/$(4).png
 FASHION_30 = cmp_fed_r1,cmp_fed_r2,cmp_fed_r4,cmp_fed_r8,cmp_fed_r16,dp_randagg_r1,dp_randagg_r2,dp_randagg_r4,dp_randagg_r8,dp_randagg_r16,uv_fed_r1,uv_fed_r2,uv_fed_r4,uv_fed_r8,uv_fed_r16,dp_fedavg,fedavg
-FASHION_180 = dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_180,cmp_fed_r16_180_seed1,cmp_fed_r16_180_seed2,dp_randagg_r16_180,cmp_fed_r16_dense_180,uv_fed_r16_180
+FASHION_180 = fedavg_180,cmp_fed_r4_180,dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_180,cmp_fed_r16_180_seed1,cmp_fed_r16_180_seed2,dp_randagg_r16_180,cmp_fed_r16_dense_180,uv_fed_r16_180
+FASHION_5LABELS_180 = dp_fedavg_180,cmp_fed_r16_180
 FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
 FASHION_004_200 = fl_top_200,fl_top_dp_public_clip_200,fl_top_dp_public_clip_200_seed1,fl_top_dp_public_clip_200_seed2,dp_fedavg_200,dp_fedavg_200_seed1,dp_fedavg_200_seed2,fedavg_200,fl_basic_200,fl_basic_dp_public_clip_200,fl_std_dp_public_clip_200
 MEDICAL_100 = fedavg,dp_fedavg,dp_fedavg_seed1,dp_fedavg_seed2,dp_fedavg_clip0.1,dp_fedavg_slr0.3,fl_std_dp_public_clip,fl_top,fl_top_dp,fl_top_r5pct,fl_top_dp_r5pct,fl_top_dp_r5pct_seed1,fl_top_dp_r5pct_seed2,fl_top_dp_r10pct,fl_basic_r5pct,fl_basic_dp_r5pct,fl_basic_dp_r10pct
@@ -143,6 +144,7 @@ frontiers: $(STAMP)
 	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
 	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client: seed 001 at 30 rounds; best accuracy,fashion_mnist_5labels_30rounds)
 	$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID: seed 001 at 180 rounds; best accuracy,fashion_mnist_iid_180rounds)
+	$(call FRONTIER,seed001_5labels,$(FASHION_5LABELS_180),Fashion-MNIST 5 labels per client: seed 001 at 180 rounds; best accuracy,fashion_mnist_5labels_180rounds)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID: seed 004 r = 0.5% at 30 rounds; best accuracy,fashion_mnist_seed004_30rounds)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004_200),Fashion-MNIST IID: seed 004 r = 0.5% at 200 rounds; best accuracy,fashion_mnist_seed004_200rounds)
 	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality (PhysioNet 2012): seed 004 at 100 rounds; best balanced accuracy,medical_100rounds)
