@@ -308,8 +308,8 @@ other kernels sent dense with the biases under C2. On the IID split,
 `dp_fedavg_clip0.25_180`, `dp_fedavg_clip0.5_180`, `dp_fedavg_clip2_180`
 and `dp_fedavg_slr0.5_180` tune our DP-FedAvg (clip, server lr) at epsilon
 1, on the test metric (outside the ledger); clip 0.25 was added once clip
-0.5 came out best of the first grid (0.5, 1, 2). Of the `_180` rows defined in the study, only those
-in this table have run."""
+0.5 came out best of the first grid (0.5, 1, 2). Of the `_180` rows
+defined in the study, only those in this table have run."""
 _COMMON_001 = dict(
   rounds=30,
   client_sampling_rate=1 / 60,
