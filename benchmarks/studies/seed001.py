@@ -164,9 +164,9 @@ def _rows_001(split):
   if split == 'iid':
     # Issue #28 item 7: our DP-FedAvg tuned at the paper's 180 rounds (a
     # clip grid around the seed's C = 1, extended to 0.25 when 0.5 won,
-    # and a smaller server lr), each row
-    # at epsilon 1; chosen on the test metric, outside the ledger, as the
-    # baseline's tuning in every study here.
+    # and a smaller server lr), each row at epsilon 1; chosen on the test
+    # metric, outside the ledger, as the baseline's tuning in every study
+    # here.
     rows += [
       at_rounds(
         Row(
