@@ -190,6 +190,15 @@ def test_every_study_row_is_unique_and_headline_seeds_reseed():
   assert iid['cmp_fed_r16_180_seed2'].flags == dict(
     iid['cmp_fed_r16_180'].flags, seed=2, noise_seed=2
   )
+  assert iid['dp_fedavg_clip0.5_180_seed1'].flags == dict(
+    iid['dp_fedavg_clip0.5_180'].flags, seed=1, noise_seed=1
+  )
+  # The 5-label split takes the IID grid's winner as it is, no grid.
+  labels5 = {r.name: r for r in studies.STUDIES['seed001_5labels'].rows}
+  assert [n for n in labels5 if 'clip' in n] == ['dp_fedavg_clip0.5_180']
+  assert (
+    labels5['dp_fedavg_clip0.5_180'].flags == iid['dp_fedavg_clip0.5_180'].flags
+  )
 
 
 def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
