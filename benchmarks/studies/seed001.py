@@ -192,8 +192,6 @@ def _rows_001(split):
       ),
     )
   }
-  if split != 'iid':
-    rows.append(tuning['clip0.5'])
   if split == 'iid':
     rows += list(tuning.values())
     rows += list(reseeded(tuning['clip0.5'], (1, 2)))
@@ -271,6 +269,8 @@ def _rows_001(split):
         ),
       ),
     ]
+  else:
+    rows.append(tuning['clip0.5'])
   return tuple(rows)
 
 
