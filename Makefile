@@ -138,7 +138,7 @@ FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
 FASHION_004_200 = fl_top_200,fl_top_dp_public_clip_200,fl_top_dp_public_clip_200_seed1,fl_top_dp_public_clip_200_seed2,dp_fedavg_200,dp_fedavg_200_seed1,dp_fedavg_200_seed2,fedavg_200,fl_basic_200,fl_basic_dp_public_clip_200,fl_std_dp_public_clip_200
 MEDICAL_100 = fedavg,dp_fedavg,dp_fedavg_seed1,dp_fedavg_seed2,dp_fedavg_clip0.1,dp_fedavg_slr0.3,fl_std_dp_public_clip,fl_top,fl_top_dp,fl_top_r5pct,fl_top_dp_r5pct,fl_top_dp_r5pct_seed1,fl_top_dp_r5pct_seed2,fl_top_dp_r10pct,fl_basic_r5pct,fl_basic_dp_r5pct,fl_basic_dp_r10pct
 EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetchsgd
-EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes
+EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes,dpsfl_q1_eqbytes
 EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
 frontiers: $(STAMP)
 	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
