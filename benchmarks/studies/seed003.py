@@ -278,8 +278,10 @@ they ran (`python -m benchmarks.reaccount_fixed_size`), is in `epsilon
 RDP`; `epsilon RDP as first reported` keeps the old figure. Their commands
 now name that multiplier and `--noise_seed=0`, which reproduce the rows as
 they ran (with `--target_epsilon=1.5` today's ledger calibrates more
-noise). Every command carries `--noise_seed=0`: research rows with a
-published noise seed, whose guarantee assumes that seed secret.
+noise). Their `epsilon PLD` is blank: fixed-size (without-replacement)
+cohorts are accounted by RDP only. Every command names its
+`--noise_seed` (0, or the `_seed1` / `_seed2` rows' 1 / 2): research rows
+with a published noise seed, whose guarantee assumes that seed secret.
 """
   + STATEFUL_DROPOUT,
   metric='test_accuracy',
@@ -310,6 +312,7 @@ published noise seed, whose guarantee assumes that seed secret.
     'update norm std / mean',
     'fraction clipped',
     'epsilon RDP',
+    'epsilon PLD',
     'epsilon RDP as first reported',
     'noise multiplier',
     's/round',
