@@ -278,7 +278,7 @@ they ran (`python -m benchmarks.reaccount_fixed_size`), is in `epsilon
 RDP`; `epsilon RDP as first reported` keeps the old figure. Their commands
 now name that multiplier and `--noise_seed=0`, which reproduce the rows as
 they ran (with `--target_epsilon=1.5` today's ledger calibrates more
-noise). Their `epsilon PLD` is blank: fixed-size (without-replacement)
+noise). Their `epsilon PLD` is NaN: fixed-size (without-replacement)
 cohorts are accounted by RDP only. Every command names its
 `--noise_seed` (0, or the `_seed1` / `_seed2` rows' 1 / 2): research rows
 with a published noise seed, whose guarantee assumes that seed secret.
