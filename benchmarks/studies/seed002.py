@@ -311,9 +311,7 @@ have run.
   + _EQUAL_UPLOAD
   + _TUNING
   # The tuning winner (server lr 2; server lr 4 diverged) under seeds 1, 2.
-  + reseeded(
-    {r.name: r for r in _TUNING}['dp_fedavg_slr2_eqbytes'], (1, 2)
-  )
+  + reseeded({r.name: r for r in _TUNING}['dp_fedavg_slr2_eqbytes'], (1, 2))
   + reseeded(_eq['dpsfl_ac_relative_eqbytes'], (1, 2))
   + reseeded(_eq['dp_fedavg_eqbytes'], (1, 2)),
 )
