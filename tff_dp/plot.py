@@ -42,6 +42,7 @@ import matplotlib
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tff_dp.client_works import diagnostics  # noqa: E402
@@ -148,6 +149,24 @@ def plot_runs(
   return written
 
 
+class ShortLogFormatter(matplotlib.ticker.LogFormatter):
+  """Log-axis tick labels as short plain numbers: '0.9', '1', '1.2'.
+
+  It labels the ticks matplotlib's `LogFormatter` labels (minor ticks only
+  over about a decade or less), but as '%.2g': the default math text
+  '1.1 x 10^0' on each minor tick overlaps its neighbours.
+  """
+
+  def __call__(self, x, pos=None):
+    return f'{x:.2g}' if super().__call__(x, pos) else ''
+
+
+def short_log_ticks(axis) -> None:
+  """Short labels on the major and minor ticks of a log-scale axis."""
+  axis.set_major_formatter(ShortLogFormatter())
+  axis.set_minor_formatter(ShortLogFormatter(labelOnlyBase=False))
+
+
 def plot_norm_angle(
   run_dir: pathlib.Path, path: pathlib.Path, round_num: Optional[int] = None
 ) -> Optional[pathlib.Path]:
@@ -173,6 +192,7 @@ def plot_norm_angle(
       ss.append(count)
     left.scatter(xs, ys, s=20 * np.asarray(ss), alpha=0.6)
     left.set_xscale('log')
+    short_log_ticks(left.xaxis)
     left.set_ylim(-1.05, 1.05)
     left.set_title(f'round {line["round"]}: clients by update norm and angle')
   else:
@@ -187,6 +207,7 @@ def plot_norm_angle(
   if x:
     right.plot(x, y, 'k--', label='clip')
   right.set_yscale('log')
+  short_log_ticks(right.yaxis)
   right.set_xlabel('round')
   right.set_ylabel('pre-clip update norm')
   right.legend(fontsize=8)

@@ -129,6 +129,33 @@ def test_line_styles_are_distinct_past_the_colour_cycle():
     plot.line_styles(41)
 
 
+@pytest.mark.parametrize(
+  'lo, hi, expected',
+  [
+    # Under a decade: minor ticks labelled, as short plain numbers (the
+    # default math text, '1.1 x 10^0', overlapped on seed 000's plots).
+    (0.85, 1.55, ['0.9', '1', '1.1', '1.2', '1.3', '1.4', '1.5']),
+    # Several decades: decades only.
+    (0.01, 10, ['0.01', '0.1', '1', '10']),
+  ],
+)
+def test_short_log_ticks_label_norm_axes_plainly(lo, hi, expected):
+  fig, ax = plot.plt.subplots()
+  ax.scatter([lo, hi], [0, 1])
+  ax.set_xscale('log')
+  plot.short_log_ticks(ax.xaxis)
+  fig.canvas.draw()
+  left, right = ax.get_xlim()
+  ticks = ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+  labels = sorted(
+    (t.get_position()[0], t.get_text())
+    for t in ticks
+    if t.get_text() and left <= t.get_position()[0] <= right
+  )
+  plot.plt.close(fig)
+  assert [text for _, text in labels] == expected
+
+
 @pytest.mark.usefixtures('shared_data_dir')
 def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
   config = training.ExperimentConfig.create(
