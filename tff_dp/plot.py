@@ -152,19 +152,33 @@ def plot_runs(
 class ShortLogFormatter(matplotlib.ticker.LogFormatter):
   """Log-axis tick labels as short plain numbers: '0.9', '1', '1.2'.
 
-  It labels the ticks matplotlib's `LogFormatter` labels (minor ticks only
-  over about a decade or less), but as '%.2g': the default math text
-  '1.1 x 10^0' on each minor tick overlaps its neighbours.
+  It labels the ticks matplotlib's `LogFormatter` labels (which minor
+  ticks, by how many decades are in view: `short_log_ticks`), but as
+  '%.2g': the default math text '1.1 x 10^0' on each minor tick overlaps
+  its neighbours.
   """
 
   def __call__(self, x, pos=None):
     return f'{x:.2g}' if super().__call__(x, pos) else ''
 
 
+# Decades in view up to which minor ticks are labelled: all of them up to
+# 0.5, matplotlib's subset (1, 2, 3, 4 and 6 in each decade) up to 1.4,
+# none above. Matplotlib's own limit for the subset, 1 decade, left a
+# panel spanning 0.1 to 1.75 (seed 000's update norms) with the one label
+# '1'; above about 1.5 decades the subset's '0.03' and '0.04' touch on a
+# half-width panel, while two decade labels are then in view or nearly so.
+_MINOR_LABEL_DECADES = (1.4, 0.5)
+
+
 def short_log_ticks(axis) -> None:
   """Short labels on the major and minor ticks of a log-scale axis."""
   axis.set_major_formatter(ShortLogFormatter())
-  axis.set_minor_formatter(ShortLogFormatter(labelOnlyBase=False))
+  axis.set_minor_formatter(
+    ShortLogFormatter(
+      labelOnlyBase=False, minor_thresholds=_MINOR_LABEL_DECADES
+    )
+  )
 
 
 def plot_norm_angle(

@@ -135,6 +135,11 @@ def test_line_styles_are_distinct_past_the_colour_cycle():
     # Under a decade: minor ticks labelled, as short plain numbers (the
     # default math text, '1.1 x 10^0', overlapped on seed 000's plots).
     (0.85, 1.55, ['0.9', '1', '1.1', '1.2', '1.3', '1.4', '1.5']),
+    # A decade and a bit, one decade tick in view (seed 000's norms at
+    # round 300): a subset of the minor ticks, not '1' alone.
+    (0.15, 2.0, ['0.2', '0.3', '0.4', '0.6', '1', '2']),
+    # Over 1.4 decades: decades only, where the subset would crowd.
+    (0.03, 1.3, ['0.1', '1']),
     # Several decades: decades only.
     (0.01, 10, ['0.01', '0.1', '1', '10']),
   ],
