@@ -162,13 +162,14 @@ class ShortLogFormatter(matplotlib.ticker.LogFormatter):
     return f'{x:.2g}' if super().__call__(x, pos) else ''
 
 
-# Decades in view up to which minor ticks are labelled: all of them up to
-# 0.5, matplotlib's subset (1, 2, 3, 4 and 6 in each decade) up to 1.4,
-# none above. Matplotlib's own limit for the subset, 1 decade, left a
-# panel spanning 0.1 to 1.75 (seed 000's update norms) with the one label
-# '1'; above about 1.5 decades the subset's '0.03' and '0.04' touch on a
-# half-width panel, while two decade labels are then in view or nearly so.
-_MINOR_LABEL_DECADES = (1.4, 0.5)
+# Decades in view up to which minor ticks are labelled: all of them up
+# to 0.4 (matplotlib's default), matplotlib's subset (1, 2, 3, 4 and 6
+# in each decade) up to 1.4, none above. Matplotlib's own limit for the
+# subset, 1 decade, left a panel spanning 0.1 to 1.75 (seed 000's update
+# norms) with the one label '1'; above about 1.5 decades the subset's
+# '0.03' and '0.04' touch on a half-width panel, while two decade labels
+# are then in view or nearly so.
+_MINOR_LABEL_DECADES = (1.4, 0.4)
 
 
 def short_log_ticks(axis) -> None:
