@@ -31,6 +31,7 @@ from benchmarks.studies.runner import CMP_CLIENT_NORMS
 from benchmarks.studies.runner import cmp_clip_from_run
 from benchmarks.studies.runner import cmp_signal_shares
 from benchmarks.studies.runner import final_model_norm
+from benchmarks.studies.runner import keep_run_files
 from benchmarks.studies.runner import read_metrics
 from benchmarks.studies.runner import RESULTS
 from benchmarks.studies.runner import run_row
@@ -61,6 +62,7 @@ __all__ = [
   'cmp_clip_from_run',
   'cmp_signal_shares',
   'final_model_norm',
+  'keep_run_files',
   'read_metrics',
   'run_row',
   'sampling_fraction',

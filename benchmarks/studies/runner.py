@@ -21,6 +21,15 @@ from benchmarks.studies.study import Study
 
 RUNS = pathlib.Path('runs/studies')
 RESULTS = pathlib.Path('benchmarks/results')
+# A finished row's small files, kept under RESULTS / 'runs' / <study> / <row>
+# (`keep_run_files`): `runs/` is git-ignored and does not outlive the
+# machine, and without these a row's curves could not be replotted.
+KEPT_RUN_FILES = (
+  'config.json',
+  'summary.json',
+  'metrics.csv',
+  'diagnostics.jsonl',
+)
 
 
 def _flag_args(values: dict[str, Any]) -> list[str]:
@@ -257,6 +266,23 @@ def wall_label(run_dir: pathlib.Path, wall: float) -> Any:
   return f'{wall:.1f} (rounds {first}-{summary["rounds_completed"]} only)'
 
 
+def keep_run_files(
+  study_name: str, row_name: str, run_dir: pathlib.Path
+) -> pathlib.Path:
+  """Copies a finished row's `KEPT_RUN_FILES` (those it has) to
+  `RESULTS/runs/<study>/<row>/`, replacing any copied before; checkpoints
+  and TensorBoard events stay behind. `python -m tff_dp.plot --runs=` reads
+  the copy like a run folder. Returns the copy's folder."""
+  kept = RESULTS / 'runs' / study_name / row_name
+  kept.mkdir(parents=True, exist_ok=True)
+  for name in KEPT_RUN_FILES:
+    if (run_dir / name).exists():
+      (kept / name).write_bytes((run_dir / name).read_bytes())
+    elif (kept / name).exists():
+      (kept / name).unlink()
+  return kept
+
+
 def run_row(
   study_name: str, study: Study, row: Row, rerun: bool, timeout_s: int = 3600
 ) -> None:
@@ -342,6 +368,7 @@ def run_row(
     if old:
       record['date'], record['wall s'] = old['date'], old['wall s']
   results_table.update(str(md), row.name, record, **_table_layout(study))
+  keep_run_files(study_name, row.name, run_dir)
   print(f'[{study_name}/{row.name}] {result}', flush=True)
 
 

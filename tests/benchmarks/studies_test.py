@@ -226,3 +226,80 @@ def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
   assert text.index('| a_row |') < text.index('| b_row |')
   assert '| 0.6123 |' in text and '`x\\|y`' in text
   assert store.read_text() == before
+
+
+def test_a_finished_rows_small_files_are_kept_for_replotting(
+  tmp_path, monkeypatch
+):
+  from tff_dp import plot
+
+  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
+  run_dir = tmp_path / 'run'
+  (run_dir / 'checkpoints' / 'round_10').mkdir(parents=True)
+  (run_dir / 'checkpoints' / 'round_10' / 'saved_model.pb').write_bytes(b'x')
+  (run_dir / 'tensorboard').mkdir()
+  (run_dir / 'config.json').write_text('{"rounds": 10}')
+  (run_dir / 'summary.json').write_text('{"rounds_completed": 10}')
+  (run_dir / 'diagnostics.jsonl').write_text('{"round": 10}\n')
+  with open(run_dir / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', 'test_accuracy'])
+    writer.writerows([[5, ''], [10, 0.625]])
+  kept = studies.keep_run_files('some_study', 'some_row', run_dir)
+  assert kept == tmp_path / 'results' / 'runs' / 'some_study' / 'some_row'
+  assert sorted(p.name for p in kept.iterdir()) == sorted(
+    studies.runner.KEPT_RUN_FILES
+  )
+  for name in studies.runner.KEPT_RUN_FILES:
+    assert (kept / name).read_bytes() == (run_dir / name).read_bytes()
+  # The copy reads like the run folder for the plots.
+  assert plot.read_rows(kept) == plot.read_rows(run_dir)
+  # A rerun replaces the copy; a file the run no longer has goes.
+  (run_dir / 'diagnostics.jsonl').unlink()
+  (run_dir / 'config.json').write_text('{"rounds": 20}')
+  studies.keep_run_files('some_study', 'some_row', run_dir)
+  assert not (kept / 'diagnostics.jsonl').exists()
+  assert (kept / 'config.json').read_text() == '{"rounds": 20}'
+
+
+def test_a_row_read_back_from_its_run_folder_keeps_its_files(
+  tmp_path, monkeypatch
+):
+  # run_row over a finished run folder trains nothing: it writes the table
+  # row and keeps the run's small files beside the results.
+  import json
+
+  from tff_dp import training
+
+  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
+  monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')
+  study = studies.STUDIES['seed004_medical']
+  row = next(r for r in study.rows if r.name == 'dp_fedavg_seed1')
+  run_dir = tmp_path / 'runs' / 'seed004_medical' / row.name
+  run_dir.mkdir(parents=True)
+  config = training.ExperimentConfig.create(method='dp_fedavg', clip=1.0)
+  summary = {
+    'config': config.to_dict(),
+    'num_model_params': 210,
+    'bytes_per_client_per_round': {'down': 840, 'up': 840},
+    'epsilon_rdp': 1.0,
+    'epsilon_pld': 0.9,
+    'noise_multiplier': 1.0,
+    'clip': 1.0,
+    'sampling': {'mode': 'poisson', 'num_clients': 100, 'rate': 0.1},
+  }
+  (run_dir / 'summary.json').write_text(json.dumps(summary))
+  with open(run_dir / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', study.metric])
+    writer.writerows([[1, 0.5], [2, 0.7]])
+  studies.run_row('seed004_medical', study, row, rerun=False)
+  store = json.loads(
+    (tmp_path / 'results' / 'seed004_medical.json').read_text()
+  )
+  assert store[row.name]['best test metric'] == 0.7
+  kept = tmp_path / 'results' / 'runs' / 'seed004_medical' / row.name
+  assert sorted(p.name for p in kept.iterdir()) == [
+    'metrics.csv',
+    'summary.json',
+  ]
