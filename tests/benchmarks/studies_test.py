@@ -21,6 +21,27 @@ def _probe(tmp_path, rows):
   return tmp_path
 
 
+def _finished_run(run_dir, config, clip, up_bytes, metric, values):
+  """A fabricated finished run folder: summary.json and metrics.csv."""
+  import json
+
+  summary = {
+    'config': config.to_dict(),
+    'num_model_params': 210,
+    'bytes_per_client_per_round': {'down': 840, 'up': up_bytes},
+    'epsilon_rdp': 1.0,
+    'epsilon_pld': 0.9,
+    'noise_multiplier': 1.0,
+    'clip': clip,
+    'sampling': {'mode': 'poisson', 'num_clients': 100, 'rate': 0.1},
+  }
+  (run_dir / 'summary.json').write_text(json.dumps(summary))
+  with open(run_dir / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', metric])
+    writer.writerows(enumerate(values, start=1))
+
+
 def test_cmp_clips_are_medians_over_rounds_of_each_phase_payload(tmp_path):
   assert studies.CMP_CLIENT_NORMS == _PREFIX
   rows = [(0.1, 5.0), (0.3, 5.0), (0.2, 3.0), (9.0, 5.0), (0.25, 100.0)]
@@ -88,28 +109,13 @@ def test_cmp_signal_shares_of_a_run_whose_summary_hides_its_noise_seed(
 def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   # FL-TOP-DP with --clip_from_public_round: --clip is replaced by the
   # public round's update norm, which summary.json records as "clip".
-  import json
 
   from tff_dp import training
 
   config = training.ExperimentConfig.create(
     method='fl_top_dp', clip=1.0, clip_from_public_round=True
   )
-  summary = {
-    'config': config.to_dict(),
-    'num_model_params': 210,
-    'bytes_per_client_per_round': {'down': 840, 'up': 84},
-    'epsilon_rdp': 1.0,
-    'epsilon_pld': 0.9,
-    'noise_multiplier': 1.0,
-    'clip': 0.998,
-    'sampling': {'mode': 'poisson', 'num_clients': 100, 'rate': 0.1},
-  }
-  (tmp_path / 'summary.json').write_text(json.dumps(summary))
-  with open(tmp_path / 'metrics.csv', 'w', newline='') as f:
-    writer = csv.writer(f)
-    writer.writerow(['round', 'test_accuracy'])
-    writer.writerows([[1, 0.5], [2, 0.6]])
+  _finished_run(tmp_path, config, 0.998, 84, 'test_accuracy', [0.5, 0.6])
   out = studies.summarize_run(tmp_path, 'test_accuracy')
   assert out['clip in force'] == 0.998
   assert out['best test metric'] == 0.6
@@ -278,21 +284,7 @@ def test_a_row_read_back_from_its_run_folder_keeps_its_files(
   run_dir = tmp_path / 'runs' / 'seed004_medical' / row.name
   run_dir.mkdir(parents=True)
   config = training.ExperimentConfig.create(method='dp_fedavg', clip=1.0)
-  summary = {
-    'config': config.to_dict(),
-    'num_model_params': 210,
-    'bytes_per_client_per_round': {'down': 840, 'up': 840},
-    'epsilon_rdp': 1.0,
-    'epsilon_pld': 0.9,
-    'noise_multiplier': 1.0,
-    'clip': 1.0,
-    'sampling': {'mode': 'poisson', 'num_clients': 100, 'rate': 0.1},
-  }
-  (run_dir / 'summary.json').write_text(json.dumps(summary))
-  with open(run_dir / 'metrics.csv', 'w', newline='') as f:
-    writer = csv.writer(f)
-    writer.writerow(['round', study.metric])
-    writer.writerows([[1, 0.5], [2, 0.7]])
+  _finished_run(run_dir, config, 1.0, 840, study.metric, [0.5, 0.7])
   studies.run_row('seed004_medical', study, row, rerun=False)
   store = json.loads(
     (tmp_path / 'results' / 'seed004_medical.json').read_text()
