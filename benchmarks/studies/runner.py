@@ -5,6 +5,7 @@ import json
 import math
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -277,7 +278,7 @@ def keep_run_files(
   kept.mkdir(parents=True, exist_ok=True)
   for name in KEPT_RUN_FILES:
     if (run_dir / name).exists():
-      (kept / name).write_bytes((run_dir / name).read_bytes())
+      shutil.copyfile(run_dir / name, kept / name)
     elif (kept / name).exists():
       (kept / name).unlink()
   return kept

@@ -109,7 +109,6 @@ def test_cmp_signal_shares_of_a_run_whose_summary_hides_its_noise_seed(
 def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   # FL-TOP-DP with --clip_from_public_round: --clip is replaced by the
   # public round's update norm, which summary.json records as "clip".
-
   from tff_dp import training
 
   config = training.ExperimentConfig.create(
