@@ -1,6 +1,7 @@
 """Tests of the study runner's clip rules (no training: fabricated runs)."""
 
 import csv
+import json
 
 import pytest
 
@@ -23,8 +24,6 @@ def _probe(tmp_path, rows):
 
 def _finished_run(run_dir, config, clip, up_bytes, metric, values):
   """A fabricated finished run folder: summary.json and metrics.csv."""
-  import json
-
   summary = {
     'config': config.to_dict(),
     'num_model_params': 210,
@@ -60,8 +59,6 @@ def test_cmp_clip_from_a_run_without_the_measurement_or_a_bad_flag(tmp_path):
 
 def _cmp_run(run_dir, noise_seed):
   """A fabricated finished CMP-Fed run: summary, final weights, metrics."""
-  import json
-
   import numpy as np
 
   from tff_dp import privacy
@@ -123,8 +120,6 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
 
 
 def test_a_resumed_rows_wall_time_says_which_rounds_it_covers(tmp_path):
-  import json
-
   summary = {'rounds_completed': 180, 'first_round_this_invocation': 1}
   (tmp_path / 'summary.json').write_text(json.dumps(summary))
   assert studies.runner.wall_label(tmp_path, 1234.56) == 1234.6
@@ -207,8 +202,6 @@ def test_every_study_row_is_unique_and_headline_seeds_reseed():
 
 
 def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
-  import json
-
   study = studies.STUDIES['seed004_medical']
   monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path)
   with pytest.raises(FileNotFoundError, match='No results store'):
@@ -272,8 +265,6 @@ def test_a_row_read_back_from_its_run_folder_keeps_its_files(
 ):
   # run_row over a finished run folder trains nothing: it writes the table
   # row and keeps the run's small files beside the results.
-  import json
-
   from tff_dp import training
 
   monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
