@@ -284,6 +284,23 @@ def keep_run_files(
   return kept
 
 
+def source_run(study_name: str, row_name: str) -> pathlib.Path:
+  """The run folder a row takes its clip from: the run under `RUNS`, else
+  the finished run's files kept under `RESULTS / 'runs'` (a fresh checkout
+  has no `runs/`, yet resumes rows from `benchmarks/in_progress/`)."""
+  for run_dir in (
+    RUNS / study_name / row_name,
+    RESULTS / 'runs' / study_name / row_name,
+  ):
+    if run_dir.exists():
+      return run_dir
+  raise ValueError(
+    f'Row {row_name!r} of {study_name!r} has not run: neither '
+    f'{RUNS / study_name / row_name} nor '
+    f"{RESULTS / 'runs' / study_name / row_name} exists. Run it first."
+  )
+
+
 def run_row(
   study_name: str, study: Study, row: Row, rerun: bool, timeout_s: int = 3600
 ) -> None:
@@ -292,12 +309,12 @@ def run_row(
   values = dict(study.common)
   values.update(row.flags)
   if row.clip_from is not None:
-    values['clip'] = clip_from_run(RUNS / study_name / row.clip_from)
+    values['clip'] = clip_from_run(source_run(study_name, row.clip_from))
     values['clip_source'] = (
       f'median client update norm of the non-private {row.clip_from} run'
     )
   if row.clip_half_mean_of is not None:
-    rows = read_metrics(RUNS / study_name / row.clip_half_mean_of)
+    rows = read_metrics(source_run(study_name, row.clip_half_mean_of))
     norms = [r['update_norm_mean'] for r in rows if 'update_norm_mean' in r]
     values['clip'] = float(f'{0.5 * sum(norms) / len(norms):.3g}')
     values['clip_source'] = (
@@ -305,13 +322,17 @@ def run_row(
       f'{row.clip_half_mean_of} run'
     )
   if row.clip_half_model_norm_of is not None:
-    norm = final_model_norm(RUNS / study_name / row.clip_half_model_norm_of)
+    norm = final_model_norm(
+      source_run(study_name, row.clip_half_model_norm_of)
+    )
     values['clip'] = float(f'{0.5 * norm:.3g}')
     values['clip_source'] = (
       f'0.5 x the final model norm of the {row.clip_half_model_norm_of} run'
     )
   for clip_flag, probe in sorted(row.cmp_clips_from.items()):
-    values[clip_flag] = cmp_clip_from_run(RUNS / study_name / probe, clip_flag)
+    values[clip_flag] = cmp_clip_from_run(
+      source_run(study_name, probe), clip_flag
+    )
   if row.cmp_clips_from:
     values['clip_source'] = 'CMP-Fed clips at the median rule: ' + ', '.join(
       f'{flag} = mean pre-clip client norm of the {probe} probe run'

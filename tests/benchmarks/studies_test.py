@@ -285,3 +285,33 @@ def test_a_row_read_back_from_its_run_folder_keeps_its_files(
     'metrics.csv',
     'summary.json',
   ]
+
+
+def test_a_clip_source_is_read_from_its_kept_files_on_a_fresh_checkout(
+  tmp_path, monkeypatch
+):
+  # A fresh checkout has no runs/: a CE-FedAvg row resumed there takes its
+  # clip from the FedAvg row's files kept beside the results.
+  from tff_dp import training
+
+  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
+  monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')
+  study = studies.STUDIES['seed003_clipping']
+  row = next(
+    r for r in study.rows if r.name == 'emnist_cnn_2layers_paper_ce_fedavg_200'
+  )
+  with pytest.raises(ValueError, match=row.clip_half_mean_of):
+    studies.run_row('seed003_clipping', study, row, rerun=False)
+  kept = tmp_path / 'results' / 'runs' / 'seed003_clipping'
+  (kept / row.clip_half_mean_of).mkdir(parents=True)
+  with open(kept / row.clip_half_mean_of / 'metrics.csv', 'w') as f:
+    f.write('round,update_norm_mean\n1,0.4\n2,0.5\n')
+  run_dir = tmp_path / 'runs' / 'seed003_clipping' / row.name
+  run_dir.mkdir(parents=True)
+  config = training.ExperimentConfig.create(method='ce_fedavg', clip=0.225)
+  _finished_run(run_dir, config, 0.225, 840, study.metric, [0.5, 0.7])
+  studies.run_row('seed003_clipping', study, row, rerun=False)
+  store = json.loads(
+    (tmp_path / 'results' / 'seed003_clipping.json').read_text()
+  )
+  assert '--clip=0.225 ' in store[row.name]['command']
