@@ -260,26 +260,38 @@ def test_a_finished_rows_small_files_are_kept_for_replotting(
   assert (kept / 'config.json').read_text() == '{"rounds": 20}'
 
 
+def _read_back(tmp_path, monkeypatch, study_name, row_name, method, clip):
+  """`run_row` over a fabricated finished run folder under a temporary
+  `runs/` (it trains nothing); returns the row and its stored record."""
+  from tff_dp import training
+
+  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
+  monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')
+  study = studies.STUDIES[study_name]
+  row = next(r for r in study.rows if r.name == row_name)
+  run_dir = tmp_path / 'runs' / study_name / row.name
+  run_dir.mkdir(parents=True, exist_ok=True)
+  config = training.ExperimentConfig.create(method=method, clip=clip)
+  _finished_run(run_dir, config, clip, 840, study.metric, [0.5, 0.7])
+  studies.run_row(study_name, study, row, rerun=False)
+  store = json.loads((tmp_path / 'results' / f'{study_name}.json').read_text())
+  return row, store[row.name]
+
+
 def test_a_row_read_back_from_its_run_folder_keeps_its_files(
   tmp_path, monkeypatch
 ):
   # run_row over a finished run folder trains nothing: it writes the table
   # row and keeps the run's small files beside the results.
-  from tff_dp import training
-
-  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
-  monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')
-  study = studies.STUDIES['seed004_medical']
-  row = next(r for r in study.rows if r.name == 'dp_fedavg_seed1')
-  run_dir = tmp_path / 'runs' / 'seed004_medical' / row.name
-  run_dir.mkdir(parents=True)
-  config = training.ExperimentConfig.create(method='dp_fedavg', clip=1.0)
-  _finished_run(run_dir, config, 1.0, 840, study.metric, [0.5, 0.7])
-  studies.run_row('seed004_medical', study, row, rerun=False)
-  store = json.loads(
-    (tmp_path / 'results' / 'seed004_medical.json').read_text()
+  row, record = _read_back(
+    tmp_path,
+    monkeypatch,
+    'seed004_medical',
+    'dp_fedavg_seed1',
+    'dp_fedavg',
+    1.0,
   )
-  assert store[row.name]['best test metric'] == 0.7
+  assert record['best test metric'] == 0.7
   kept = tmp_path / 'results' / 'runs' / 'seed004_medical' / row.name
   assert sorted(p.name for p in kept.iterdir()) == [
     'metrics.csv',
@@ -292,26 +304,12 @@ def test_a_clip_source_is_read_from_its_kept_files_on_a_fresh_checkout(
 ):
   # A fresh checkout has no runs/: a CE-FedAvg row resumed there takes its
   # clip from the FedAvg row's files kept beside the results.
-  from tff_dp import training
-
-  monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
-  monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')
-  study = studies.STUDIES['seed003_clipping']
-  row = next(
-    r for r in study.rows if r.name == 'emnist_cnn_2layers_paper_ce_fedavg_200'
-  )
-  with pytest.raises(ValueError, match=row.clip_half_mean_of):
-    studies.run_row('seed003_clipping', study, row, rerun=False)
-  kept = tmp_path / 'results' / 'runs' / 'seed003_clipping'
-  (kept / row.clip_half_mean_of).mkdir(parents=True)
-  with open(kept / row.clip_half_mean_of / 'metrics.csv', 'w') as f:
-    f.write('round,update_norm_mean\n1,0.4\n2,0.5\n')
-  run_dir = tmp_path / 'runs' / 'seed003_clipping' / row.name
-  run_dir.mkdir(parents=True)
-  config = training.ExperimentConfig.create(method='ce_fedavg', clip=0.225)
-  _finished_run(run_dir, config, 0.225, 840, study.metric, [0.5, 0.7])
-  studies.run_row('seed003_clipping', study, row, rerun=False)
-  store = json.loads(
-    (tmp_path / 'results' / 'seed003_clipping.json').read_text()
-  )
-  assert '--clip=0.225 ' in store[row.name]['command']
+  args = ('seed003_clipping', 'emnist_cnn_2layers_paper_ce_fedavg_200')
+  source = 'emnist_cnn_2layers_paper_fedavg_200'
+  with pytest.raises(ValueError, match=source):
+    _read_back(tmp_path, monkeypatch, *args, 'ce_fedavg', 0.225)
+  kept = tmp_path / 'results' / 'runs' / 'seed003_clipping' / source
+  kept.mkdir(parents=True)
+  (kept / 'metrics.csv').write_text('round,update_norm_mean\n1,0.4\n2,0.5\n')
+  _, record = _read_back(tmp_path, monkeypatch, *args, 'ce_fedavg', 0.225)
+  assert '--clip=0.225 ' in record['command']
