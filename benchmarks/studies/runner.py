@@ -288,16 +288,16 @@ def source_run(study_name: str, row_name: str) -> pathlib.Path:
   """The run folder a row takes its clip from: the run under `RUNS`, else
   the finished run's files kept under `RESULTS / 'runs'` (a fresh checkout
   has no `runs/`, yet resumes rows from `benchmarks/in_progress/`)."""
-  for run_dir in (
+  places = [
     RUNS / study_name / row_name,
     RESULTS / 'runs' / study_name / row_name,
-  ):
+  ]
+  for run_dir in places:
     if run_dir.exists():
       return run_dir
   raise ValueError(
     f'Row {row_name!r} of {study_name!r} has not run: neither '
-    f'{RUNS / study_name / row_name} nor '
-    f"{RESULTS / 'runs' / study_name / row_name} exists. Run it first."
+    f'{places[0]} nor {places[1]} exists. Run it first.'
   )
 
 
@@ -322,9 +322,7 @@ def run_row(
       f'{row.clip_half_mean_of} run'
     )
   if row.clip_half_model_norm_of is not None:
-    norm = final_model_norm(
-      source_run(study_name, row.clip_half_model_norm_of)
-    )
+    norm = final_model_norm(RUNS / study_name / row.clip_half_model_norm_of)
     values['clip'] = float(f'{0.5 * norm:.3g}')
     values['clip_source'] = (
       f'0.5 x the final model norm of the {row.clip_half_model_norm_of} run'
