@@ -92,3 +92,25 @@ def with_type_signature(comp, type_signature):
   from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
 
   return computation_impl.ConcreteComputation.with_type(comp, type_signature)
+
+
+def modular_clipping_sum_factory(lower: int, upper: int, inner):
+  """TFF's `modular_clipping.ModularClippingSumFactory` (not exported in
+  0.87): clips integers modulo [lower, upper) before and after `inner`."""
+  from tensorflow_federated.python.aggregators import modular_clipping  # pylint: disable=g-import-not-at-top
+
+  return modular_clipping.ModularClippingSumFactory(lower, upper, inner)
+
+
+def discretization_factory(inner, *, scale_factor, beta, prior_norm_bound):
+  """TFF's `discretization.DiscretizationFactory` (not exported in 0.87),
+  stochastic: scales by `scale_factor` and rounds conditionally (beta)."""
+  from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
+
+  return discretization.DiscretizationFactory(
+    inner,
+    scale_factor=scale_factor,
+    stochastic=True,
+    beta=beta,
+    prior_norm_bound=prior_norm_bound,
+  )

@@ -2,108 +2,70 @@
 
 "The Distributed Discrete Gaussian Mechanism for Federated Learning with
 Secure Aggregation", ICML 2021, https://arxiv.org/abs/2102.06387; seed 000's
-secure-aggregation baseline. Each client clips its update to L2 norm `clip`,
-rotates it (DFT), scales it by `scale`, rounds it to integers (conditional
+secure-aggregation baseline. TFF's distributed-DP pipeline, as
+`DistributedDpSumFactory(mechanism='distributed_dgauss')` composes it, with
+two changes. Each client clips its update to L2 norm `clip`, rotates it
+(randomized DFT), scales it by `scale`, rounds it to integers (conditional
 randomized rounding, beta = exp(-0.5)), adds discrete Gaussian noise of
-stddev `ceil(scale * noise_multiplier * clip / sqrt(min_clients - 1))`, and
-the integers are summed modulo 2^bits with secure sum
-(`tff.federated_secure_sum_bitwidth`). The server unscales, unrotates and
-divides by the expected cohort. The mechanism is TFF's
-`DistributedDpSumFactory(mechanism='distributed_dgauss')`; `ddgauss_mean`
-adds the release gate below.
+integer scale sigma = ceil(scale * noise_multiplier * clip / sqrt(h)), h =
+min_clients - 1, and the integers are summed modulo 2^bits by secure sum.
+The server unscales, unrotates and divides by the expected cohort.
 
-Accounting (TFF reports an `UnsupportedDpEvent` for it). For a sum of m
-discrete Gaussian noise shares of integer stddev sigma, with scaled and
-inflated L2 sensitivity Delta_2 (the norm bound of one client's integer
-vector) and padded dimension d, Kairouz et al. (Prop. 14 / Eq. 17) bound
-the Renyi divergence between the sum with and without one client's vector,
-at every order alpha, by
-    alpha / 2 * (Delta_2 / (sqrt(m) sigma) + sqrt(d) tau_m)^2,
-    tau_m = 10 * sum_{k=1}^{m-1} exp(-2 pi^2 sigma^2 k / (k + 1)),
-which is the RDP curve of a Gaussian mechanism with noise multiplier
-    z_eff(m) = 1 / (Delta_2 / (sqrt(m) sigma) + sqrt(d) tau_m).
-
-The per-round event does not depend on the realised cohort. With a public
-lower bound `min_clients` on the cohort of every released round, each round
-is recorded as `GaussianDpEvent(z_eff(h))`, h = min_clients - 1, whatever
-the realised participant count n is, and local noise is calibrated so that
-h shares give the requested multiplier (z_eff(h) is then slightly below it,
-by the rounding's inflation of Delta_2). Exactly what this assumes:
-
-1. What one event bounds. Fix a round's cohort of n participants, one of
-   them the target client. The event bounds the divergence between the
-   round's release when the target's vector is its clipped value and when
-   it is zero (L2 distance <= Delta_2: the add/remove-one sensitivity of a
-   single client's clipped vector; the ledger's sampling wrapper applies
-   the sampler's neighbouring relation and amplification to it). Only h
-   noise shares of participants other than the target are counted. The
-   target's own share, and the shares of the n - 1 - h further
-   participants, are independent of the target's vector and are added to
-   the sum whatever it is: the round is the h-share mechanism followed by
-   adding independent, data-independent noise, a post-processing of it.
-   So `GaussianDpEvent(z_eff(h))` dominates every round with n >= h + 1 =
-   min_clients (this uses post-processing, not monotonicity of z_eff in m,
-   which does not hold in general). The target's own share is not counted,
-   so the bound never relies on noise the target adds itself (under
-   add/remove-one neighbouring that share leaves with the target); what
-   the resulting change of the count reveals is item 3.
-2. Every released round has n >= min_clients. The aggregator checks the
-   participant count that secure sum reports and, for a round with fewer
-   participants, releases a zero update instead of the sum (measurement
-   `released` = 0). Fixed-size sampling of m clients: min_clients = m (a
-   round is then withheld only if a sampled client does not take part).
-   Poisson sampling with rate q over N clients: the user chooses
-   min_clients, e.g. `binomial_min_clients(N, q, withhold_prob)`, the
-   largest count that Binomial(N, q) falls below with probability at most
-   `withhold_prob`; the expected cohort rounded down is not a safe choice
-   (about half the rounds would be withheld).
-3. The participant count n is treated as known to the adversary (the
-   standard distributed-DP threat model): secure aggregation reveals it to
-   the server, and the released sum's noise variance, n sigma^2 per
-   coordinate, reveals it to anyone who sees the output. The decision to
-   withhold depends only on n. The recorded event is the same for every n,
-   so the ledger's epsilon after T rounds is the same function of T
-   whatever cohorts were drawn. What is not accounted for: under Poisson
-   sampling the count itself depends on whether the target was sampled
-   (n = others + [target sampled]), while dp_accounting's Poisson-sampled
-   event, which the ledger applies, assumes the sampled set stays hidden.
-   The reported epsilon does not charge for what the count reveals about
-   the target's participation. Under fixed-size sampling the count is m in
-   every round and reveals nothing.
-4. The h counted shares come from clients that follow the protocol (they
-   add their noise and do not reveal it); the server is honest-but-curious
-   and learns only the modular sum and the count.
-5. A withheld round records the same event as a released one
-   (conservative: it releases nothing about any client's vector, but
-   charging it keeps the ledger independent of the realised counts).
-6. Amplification by sampling is computed as for the dominating Gaussian
-   (dp_accounting's subsampled-Gaussian RDP); the paper's own accountant
-   instead takes the minimum of a generic subsampled-RDP bound and the
-   unsampled bound.
-7. Noise multiplier 0 adds no noise: the event is `NonPrivateDpEvent`.
-
-Cost of the bound: a round with n participants carries n / h times the
-noise variance that the multiplier asks for (n / h = m / (m - 1) under
-fixed-size sampling; more under Poisson sampling, where min_clients is
-well below the expected cohort).
-
-Length: the module runs past ~500 lines because its docstrings (about 230
-lines) hold the accounting derivation and its assumptions above, next to
-the code they justify; the code itself is under 300 lines.
+Contract:
+* Release gate (a secure-aggregation threshold abort). Each round first
+  secure-sums the participant count n and broadcasts whether n >=
+  `min_clients`. Below it every client contributes zeros (no update, no
+  noise) to the secure sum, so the server learns n and nothing else; the
+  round's update is zero (measurement `released` = 0). Clipped-update counts
+  are not aggregated (TFF's pipeline reveals them unnoised).
+* Noise randomness. The aggregator state holds a stateless seed (128 bits
+  from the OS's CSPRNG, or `noise_seed`), advanced every round; each client
+  draws its noise from that round's seed folded with a 128-bit nonce of its
+  own, drawn from OS entropy whatever TF seed is set (`_client_nonce`),
+  with a stateless discrete Gaussian sampler (Canonne, Kamath, Steinke
+  2020). The nonce is what makes the noise secret from the server, which
+  holds the seed: noise the server could regenerate would give no privacy
+  against it, and clients are indistinguishable to a federated computation,
+  so distinct noise for identical clients cannot come from the seed alone.
+  Hence `noise_seed` does not make a round reproducible: a round is a
+  function of the seed and the clients' nonces (tests fix the nonce).
+* Accounting. Every round, released or withheld, records
+  `DiscreteGaussianSumDpEvent(Delta_2, sigma, h, d)`: Kairouz et al.'s RDP
+  curve of a sum of h discrete Gaussians (Delta_2 the scaled, inflated norm
+  bound of one client's integer vector; d the padded dimension), counting
+  only the h shares of participants other than the target (the rest are
+  data-independent noise: post-processing). `tff_dp.privacy` subsamples that
+  curve with generic RDP bounds; there is no PLD for it. (Before issue 83
+  the round was recorded as `GaussianDpEvent(z_eff)` and amplified as a
+  continuous Gaussian, which the theorem does not give.)
+* Trust. The h counted shares come from clients that follow the protocol;
+  the server is honest-but-curious and sees only the modular sum and n. n is
+  public to it (and, through the noise variance, to anyone): under
+  fixed-size sampling n = m in every round and reveals nothing; under
+  Poisson sampling n depends on whether the target took part, which the
+  subsampling bound assumes hidden, so such a run's guarantee rests on that
+  assumption (`PrivacyLedger.assumptions`).
+* min_clients: the cohort m under fixed-size sampling; under Poisson
+  sampling a low quantile of the cohort (`binomial_min_clients`). A round of
+  n participants carries n / h times the noise variance the multiplier
+  asks for.
 """
 
 import collections
 import math
 import numbers
-from typing import Any, Mapping
-import warnings
+from typing import Any, Mapping, NamedTuple, Optional
 
+from absl import logging
+import attr
 import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import weighting
 
 DEFAULT_BETA = math.exp(-0.5)
@@ -122,7 +84,12 @@ def tau(local_stddev: float, num_clients: int) -> float:
 def effective_noise_multiplier(
   l2_sensitivity: float, local_stddev: float, num_clients: int, dim: int
 ) -> float:
-  """z_eff of the sum of `num_clients` discrete Gaussians (see module doc).
+  """1 / c, c = Delta_2 / (sqrt(n) sigma) + sqrt(d) tau_n (the event's c).
+
+  The RDP curve of the sum of `num_clients` discrete Gaussians is
+  alpha c^2 / 2, a Gaussian mechanism's curve at this multiplier; its
+  amplification by subsampling is not the Gaussian's (see
+  `DiscreteGaussianSumDpEvent`).
 
   Args:
     l2_sensitivity: Scaled, inflated L2 norm bound of one client's integer
@@ -132,20 +99,107 @@ def effective_noise_multiplier(
     dim: Dimension of the (padded) vector.
 
   Returns:
-    The noise multiplier of the dominating Gaussian mechanism.
+    The noise multiplier whose Gaussian RDP curve equals the sum's.
 
   Raises:
     ValueError: If `num_clients` < 1 or a scale is not positive.
   """
   if num_clients < 1:
     raise ValueError(f'num_clients must be >= 1. Found {num_clients!r}.')
-  if l2_sensitivity <= 0 or local_stddev <= 0:
+  if not (l2_sensitivity > 0 and local_stddev > 0):
     raise ValueError(
       'l2_sensitivity and local_stddev must be > 0. Found '
       f'{l2_sensitivity!r}, {local_stddev!r}.'
     )
   l2_scale = l2_sensitivity / (math.sqrt(num_clients) * local_stddev)
   return 1.0 / (l2_scale + math.sqrt(dim) * tau(local_stddev, num_clients))
+
+
+def _positive_finite(name):
+  def check(unused_instance, unused_attribute, value):
+    if isinstance(value, bool) or not (
+      isinstance(value, numbers.Real) and math.isfinite(value) and value > 0
+    ):
+      raise ValueError(f'{name} must be a finite number > 0. Found {value!r}.')
+
+  return check
+
+
+def _finite_at_least(name, lower):
+  def check(unused_instance, unused_attribute, value):
+    if isinstance(value, bool) or not (
+      isinstance(value, numbers.Real)
+      and math.isfinite(value)
+      and value >= lower
+    ):
+      raise ValueError(
+        f'{name} must be a finite number >= {lower}. Found {value!r}.'
+      )
+
+  return check
+
+
+def _positive_int(name):
+  def check(unused_instance, unused_attribute, value):
+    if (
+      isinstance(value, bool)
+      or not isinstance(value, numbers.Integral)
+      or value < 1
+    ):
+      raise ValueError(f'{name} must be an integer >= 1. Found {value!r}.')
+
+  return check
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianSumDpEvent(dp_accounting.DpEvent):
+  """A sum of discrete Gaussian noise shares added to integer vectors.
+
+  The release is sum_i v_i + sum_{k=1}^{num_shares} N_Z(0, sigma^2 I_dim)
+  (further data-independent noise may be added: post-processing), where one
+  individual moves sum_i v_i by at most `l2_sensitivity` in L2 norm under
+  the neighbouring relation the event is accounted under. Kairouz et al.
+  2021 (Prop. 14 / Eq. 17) bound its Renyi divergence at every order
+  alpha >= 1 by
+      eps(alpha) = alpha / 2 * c^2,
+      c = l2_sensitivity / (sqrt(num_shares) sigma) + sqrt(dim) tau,
+      tau = 10 sum_{k=1}^{num_shares - 1} exp(-2 pi^2 sigma^2 k / (k + 1))
+  (the third of the proposition's three bounds; the other two differ only
+  in how tau enters, and tau < 1e-100 for every sigma >= 5, while
+  DDGauss's integer scales are in the thousands). The theorem assumes
+  sigma >= 1/2. This curve is all the theorem gives: it is an upper bound,
+  not the divergence itself, so accountants may only use generic
+  (curve-based) amplification and conversion results, and there is no PLD.
+
+  Attributes:
+    l2_sensitivity: Delta_2, in the integer domain.
+    local_stddev: sigma, the integer scale of each share, >= 1/2.
+    num_shares: h, the shares counted (>= 1).
+    dim: d, the vector's dimension.
+  """
+
+  l2_sensitivity: float = attr.ib(validator=_positive_finite('l2_sensitivity'))
+  local_stddev: float = attr.ib(validator=_finite_at_least('local_stddev', 0.5))
+  num_shares: int = attr.ib(validator=_positive_int('num_shares'))
+  dim: int = attr.ib(validator=_positive_int('dim'))
+
+  def rdp_coefficient(self) -> float:
+    """c^2: the curve is eps(alpha) = alpha c^2 / 2."""
+    return (
+      1.0
+      / effective_noise_multiplier(
+        self.l2_sensitivity, self.local_stddev, self.num_shares, self.dim
+      )
+      ** 2
+    )
+
+  def rdp(self, orders) -> np.ndarray:
+    """eps(alpha) of the unsampled release at each order (>= 1)."""
+    return np.asarray(orders, np.float64) * self.rdp_coefficient() / 2.0
+
+  def with_sensitivity_scaled(self, factor: float):
+    """The event with Delta_2 times `factor` (e.g. 2 for replace-one)."""
+    return attr.evolve(self, l2_sensitivity=self.l2_sensitivity * factor)
 
 
 def _check_min_clients(min_clients: Any, expected_clients: float) -> int:
@@ -232,22 +286,36 @@ def binomial_min_clients(
   return k
 
 
+def _round_event(
+  l2_sensitivity: float, local_stddev: float, min_clients: int, dim: int
+) -> dp_accounting.DpEvent:
+  if local_stddev == 0:
+    return dp_accounting.NonPrivateDpEvent()
+  return DiscreteGaussianSumDpEvent(
+    l2_sensitivity=float(l2_sensitivity),
+    local_stddev=float(local_stddev),
+    num_shares=honest_shares(min_clients),
+    dim=int(dim),
+  )
+
+
 def round_event_from_measurements(
   measurements: Mapping[str, Any],
 ) -> dp_accounting.DpEvent:
   """The round's DpEvent from the measurements of `ddgauss_mean`.
 
-  `GaussianDpEvent(z_eff(min_clients - 1))` with the noise scale,
-  sensitivity and dimension that ran; the same for every round, released or
-  withheld, whatever the realised participant count (`actual_num_clients`
-  is not read; see the module doc).
+  `DiscreteGaussianSumDpEvent` of h = min_clients - 1 shares with the
+  noise scale, sensitivity and dimension that ran; the same for every
+  round, released or withheld, whatever the realised participant count
+  (`actual_num_clients` is not read).
 
   Args:
     measurements: The aggregator's measurements (`min_clients`,
       `scaled_local_stddev`, `scaled_inflated_l2`, `padded_dim`).
 
   Returns:
-    The round's (unsampled) event; `NonPrivateDpEvent` without noise.
+    The round's (unsampled, add/remove-one) event; `NonPrivateDpEvent`
+    without noise.
 
   Raises:
     ValueError: If `measurements` lacks `min_clients` (not from
@@ -262,18 +330,23 @@ def round_event_from_measurements(
   min_clients = int(measurements['min_clients'])
   if min_clients < 2:
     raise ValueError(f'min_clients must be >= 2. Found {min_clients!r}.')
-  # The sampler draws with stddev rounded up to an integer.
-  sigma = math.ceil(float(measurements['scaled_local_stddev']))
-  if sigma == 0:
-    return dp_accounting.NonPrivateDpEvent()
-  return dp_accounting.GaussianDpEvent(
-    effective_noise_multiplier(
-      float(measurements['scaled_inflated_l2']),
-      sigma,
-      honest_shares(min_clients),
-      int(measurements['padded_dim']),
-    )
+  # The sampler draws with an integer scale (ceil: a no-op on what
+  # `ddgauss_mean` reports, which is already the integer it used).
+  return _round_event(
+    float(measurements['scaled_inflated_l2']),
+    math.ceil(float(measurements['scaled_local_stddev'])),
+    min_clients,
+    int(measurements['padded_dim']),
   )
+
+
+class _Parameters(NamedTuple):
+  """What one round of `ddgauss_mean` runs with (integer domain)."""
+
+  padded_dim: int
+  scale: float
+  local_stddev: int  # sigma, the sampler's integer scale.
+  l2_sensitivity: float  # Delta_2, TFF's scaled inflated bound + leeway.
 
 
 def _heuristic_clients(expected_clients: float) -> int:
@@ -281,18 +354,47 @@ def _heuristic_clients(expected_clients: float) -> int:
   return max(int(round(expected_clients)), 1)
 
 
-def _tff_noise_multiplier(
-  noise_multiplier: float, expected_clients: float, min_clients: int
-) -> float:
-  """What TFF must be given for local stddev z clip / sqrt(h).
-
-  TFF splits its noise multiplier over the cohort it is given (local
-  stddev = multiplier * clip / sqrt(cohort)); the cohort it is given sizes
-  the modular headroom, so it stays the expected one, and the multiplier
-  is scaled instead.
-  """
-  return noise_multiplier * math.sqrt(
-    _heuristic_clients(expected_clients) / honest_shares(min_clients)
+def _parameters(
+  noise_multiplier: float,
+  clip: float,
+  expected_clients: float,
+  dim: int,
+  bits: int,
+  min_clients: int,
+  beta: float,
+  modclip_prob: float,
+) -> _Parameters:
+  """TFF's parameter choice for a local stddev of z clip / sqrt(h)."""
+  ddp = _tff_private.distributed_dp_module()
+  padded_dim = math.ceil(max(int(dim), 1) / 2.0) * 2  # DFT pads to even.
+  local_stddev = noise_multiplier * clip / math.sqrt(honest_shares(min_clients))
+  k_stddevs = ddp._clip_prob_to_num_stddevs(modclip_prob)  # pylint: disable=protected-access
+  scale = float(
+    ddp._heuristic_scale_factor(  # pylint: disable=protected-access
+      local_stddev,
+      clip,
+      bits,
+      _heuristic_clients(expected_clients),
+      padded_dim,
+      k_stddevs,
+    ).numpy()
+  )
+  scale = min(scale, ddp.MAX_SCALE_FACTOR)
+  if scale <= 1:
+    logging.warning(
+      'DDGauss scale factor %s <= 1: large quantization error. Raise bits '
+      '(%d) or lower the expected cohort (%s).',
+      scale,
+      bits,
+      expected_clients,
+    )
+  inflated = _tff_private.inflated_l2_norm_bound(
+    clip, 1.0 / scale, beta, padded_dim
+  )
+  # TFF's leeway for float32 error in the norm check before noising.
+  sensitivity = (inflated + 1e-5) * scale
+  return _Parameters(
+    padded_dim, scale, math.ceil(local_stddev * scale), sensitivity
   )
 
 
@@ -309,10 +411,10 @@ def planned_round_event(
 ) -> dp_accounting.DpEvent:
   """The event every round of `ddgauss_mean` with these arguments records.
 
-  Recomputes TFF's parameter choice (scale factor, inflated norm bound,
-  padded dimension of the DFT rotation) so that noise can be calibrated to a
+  Computes the parameters `ddgauss_mean` runs with (scale factor, inflated
+  norm bound, padded dimension), so that noise can be calibrated to a
   target epsilon before training; equals `round_event_from_measurements`
-  of what runs (up to float32 rounding of the measurements).
+  of what runs.
 
   Args:
     noise_multiplier: Target noise multiplier z, >= 0.
@@ -326,40 +428,32 @@ def planned_round_event(
     modclip_prob: Target probability of modular wrap-around.
 
   Returns:
-    `GaussianDpEvent(z_eff(min_clients - 1))`, or `NonPrivateDpEvent` if
+    `DiscreteGaussianSumDpEvent`, or `NonPrivateDpEvent` if
     `noise_multiplier` is 0.
 
   Raises:
-    ValueError: If `min_clients` is out of range.
+    ValueError: If `min_clients` or `noise_multiplier` is out of range.
   """
   min_clients = _check_min_clients(min_clients, expected_clients)
+  if not (math.isfinite(noise_multiplier) and noise_multiplier >= 0):
+    raise ValueError(
+      'noise_multiplier must be a finite number >= 0. Found '
+      f'{noise_multiplier!r}.'
+    )
   if noise_multiplier == 0:
     return dp_accounting.NonPrivateDpEvent()
-  ddp = _tff_private.distributed_dp_module()
-  n = _heuristic_clients(expected_clients)
-  padded_dim = math.ceil(dim / 2.0) * 2
-  # As TFF computes it: central stddev, then split over its cohort n.
-  central_stddev = (
-    _tff_noise_multiplier(noise_multiplier, expected_clients, min_clients)
-    * clip
+  p = _parameters(
+    noise_multiplier,
+    clip,
+    expected_clients,
+    dim,
+    bits,
+    min_clients,
+    beta,
+    modclip_prob,
   )
-  local_stddev = central_stddev / math.sqrt(n)
-  k_stddevs = ddp._clip_prob_to_num_stddevs(modclip_prob)  # pylint: disable=protected-access
-  scale = float(
-    ddp._heuristic_scale_factor(  # pylint: disable=protected-access
-      local_stddev, clip, bits, n, padded_dim, k_stddevs
-    ).numpy()
-  )
-  scale = min(scale, ddp.MAX_SCALE_FACTOR)
-  inflated = _tff_private.inflated_l2_norm_bound(
-    clip, 1.0 / scale, beta, padded_dim
-  )
-  sensitivity = (inflated + 1e-5) * scale
-  sigma = math.ceil(local_stddev * scale)
-  return dp_accounting.GaussianDpEvent(
-    effective_noise_multiplier(
-      sensitivity, sigma, honest_shares(min_clients), padded_dim
-    )
+  return _round_event(
+    p.l2_sensitivity, p.local_stddev, min_clients, p.padded_dim
   )
 
 
@@ -385,50 +479,312 @@ def protobuf_supports_ddgauss() -> bool:
   return api_implementation.Type() == 'python'
 
 
-class _GatedMeanFactory(
-  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
-):
-  """Sums with TFF's DDGauss sum; releases sum / denominator, or withholds.
+def sample_discrete_gaussian(scale, shape, seed) -> tf.Tensor:
+  """Stateless draws from the discrete Gaussian N_Z(0, scale^2), int64.
 
-  A round whose participant count (TFF's `actual_num_clients`, from secure
-  sum) is below `min_clients` releases a zero update. Measurements are
-  TFF's plus `min_clients` and `released` (1, or 0 if withheld).
+  Canonne, Kamath, Steinke 2020 (https://arxiv.org/abs/2004.00010), as
+  tensorflow-privacy vectorizes it (discrete Laplace proposals of scale
+  `scale`, accepted with probability exp(-(|y| - scale)^2 / (2 scale^2)))
+  but with every uniform drawn statelessly from `seed` (one fold per
+  rejection pass), so the draws are a function of the seed alone.
+
+  Args:
+    scale: Integer scale >= 1 (int64 scalar tensor).
+    shape: Output shape.
+    seed: int64 `[2]` stateless seed.
+
+  Returns:
+    An int64 tensor of `shape`.
+  """
+  scale = tf.cast(scale, tf.int64)
+  t = tf.cast(scale, tf.float64)
+  n = tf.cast(tf.reduce_prod(shape), tf.int64)
+
+  def geometric(uniform):
+    # Failures before the first success at p = 1 - exp(-1 / t): inverse
+    # CDF floor(log(U) / log(1 - p)), U in (0, 1].
+    return tf.cast(tf.floor(-t * tf.math.log1p(-uniform)), tf.int64)
+
+  def body(i, result):
+    draws = tf.maximum(
+      tf.cast(
+        1.5 * tf.cast(n - tf.size(result, tf.int64), tf.float64), tf.int64
+      ),
+      1000,
+    )
+    seeds = tf.random.experimental.stateless_split(
+      tf.random.experimental.stateless_fold_in(seed, i), num=3
+    )
+    u = [
+      tf.random.stateless_uniform([draws], seed=s, dtype=tf.float64)
+      for s in tf.unstack(seeds)
+    ]
+    y = geometric(u[0]) - geometric(u[1])
+    d = tf.cast(tf.abs(y) - scale, tf.float64)
+    accept = u[2] < tf.exp(-(d * d) / (2.0 * t * t))
+    return i + 1, tf.concat([result, tf.boolean_mask(y, accept)], 0)
+
+  _, result = tf.while_loop(
+    lambda i, result: tf.size(result, tf.int64) < n,
+    body,
+    (tf.constant(0, tf.int64), tf.zeros([0], tf.int64)),
+    shape_invariants=(tf.TensorShape([]), tf.TensorShape([None])),
+  )
+  return tf.reshape(result[:n], shape)
+
+
+def _client_nonce() -> tf.Tensor:
+  """128 bits of the client's own randomness (distinct per client).
+
+  The raw op with seed = seed2 = 0 seeds its kernel from OS entropy
+  whatever TF seed is set; `tf.random.uniform` would take fixed op seeds
+  from a graph-level seed set where the client computation is traced, and
+  the nonce would then be a function of that seed.
+  """
+  return tf.raw_ops.RandomUniformInt(
+    shape=[2],
+    minval=tf.constant(tf.int64.min, tf.int64),
+    maxval=tf.constant(tf.int64.max, tf.int64),
+    seed=0,
+    seed2=0,
+  )
+
+
+class _SeededDiscreteGaussianSumQuery(tfp.SumAggregationDPQuery):
+  """tensorflow-privacy's DDGauss query with stateless, per-client noise.
+
+  As `tfp.DistributedDiscreteGaussianSumQuery` (each client checks its
+  integer record's L2 norm and adds one discrete Gaussian share), except
+  that the global state holds the round's seed: it is broadcast with the
+  sample params, each client folds in its own nonce (`_client_nonce`), and
+  `get_noised_result` advances it. `local_stddev` is the sampler's integer
+  scale.
   """
 
+  _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
+    '_GlobalState', ['l2_norm_bound', 'local_stddev', 'seed']
+  )
+
   def __init__(
-    self,
-    inner: tff.aggregators.UnweightedAggregationFactory,
-    denominator: float,
-    min_clients: int,
+    self, l2_norm_bound: float, local_stddev: int, seed: tuple[int, int]
   ):
-    self._inner = inner
-    self._denominator = float(denominator)
+    self._l2_norm_bound = l2_norm_bound
+    self._local_stddev = local_stddev
+    self._seed = seed
+
+  def initial_global_state(self):
+    return self._GlobalState(
+      tf.constant(self._l2_norm_bound, tf.float32),
+      tf.constant(self._local_stddev, tf.float32),
+      tf.constant(self._seed, tf.int64),
+    )
+
+  def derive_sample_params(self, global_state):
+    return global_state
+
+  def preprocess_record(self, params, record):
+    flat = tf.nest.flatten(record)
+    for v in flat:
+      tf.debugging.assert_type(v, tf.int32)
+    norm_check = tf.debugging.assert_less_equal(
+      tf.linalg.global_norm([tf.cast(v, tf.float32) for v in flat]),
+      params.l2_norm_bound,
+      message='DDGauss: a client vector exceeds the L2 norm bound.',
+    )
+    nonce = _client_nonce()
+    seed = tf.random.experimental.stateless_fold_in(params.seed, nonce[0])
+    seed = tf.random.experimental.stateless_fold_in(seed, nonce[1])
+    seeds = tf.random.experimental.stateless_split(seed, num=len(flat))
+    scale = tf.cast(params.local_stddev, tf.int64)
+
+    def noised():
+      return [
+        v + tf.cast(sample_discrete_gaussian(scale, tf.shape(v), s), v.dtype)
+        for v, s in zip(flat, tf.unstack(seeds))
+      ]
+
+    with tf.control_dependencies([norm_check]):
+      out = tf.cond(
+        tf.equal(scale, 0), lambda: [tf.identity(v) for v in flat], noised
+      )
+    return tf.nest.pack_sequence_as(record, out)
+
+  def get_noised_result(self, sample_state, global_state):
+    next_seed = tf.random.experimental.stateless_split(global_state.seed, 1)[0]
+    return (
+      sample_state,
+      global_state._replace(seed=next_seed),
+      dp_accounting.UnsupportedDpEvent(),
+    )
+
+
+class _ThresholdSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Secure sum with a threshold abort below `min_clients` participants.
+
+  Secure-sums the participant count first, broadcasts whether it reaches
+  `min_clients`, and below it has every client contribute zeros to TFF's
+  `SecureSumFactory(upper, lower)`: the server then sees the count and a
+  zero sum, nothing derived from the clients' values.
+  """
+
+  def __init__(self, min_clients: int, upper: int, lower: int):
     self._min_clients = int(min_clients)
+    self._inner = tff.aggregators.SecureSumFactory(upper, lower)
 
   def create(self, value_type):
     inner = self._inner.create(value_type)
-    denominator = self._denominator
     min_clients = self._min_clients
-    result_type = inner.next.type_signature.result.result.member
-    measurements_type = inner.next.type_signature.result.measurements.member
-    count_type = measurements_type.actual_num_clients
 
-    @tff.tensorflow.computation(result_type, count_type)
-    def gate(value, count):
+    @tff.tensorflow.computation(np.int32)
+    def decide(count):
+      return count >= min_clients
+
+    @tff.tensorflow.computation(value_type, np.bool_)
+    def gate(value, released):
+      return tf.nest.map_structure(
+        lambda v: tf.where(released, v, tf.zeros_like(v)), value
+      )
+
+    @tff.federated_computation(
+      inner.initialize.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+    )
+    def next_fn(state, value):
+      released = tff.federated_broadcast(
+        tff.federated_map(decide, participant_count())
+      )
+      return inner.next(state, tff.federated_map(gate, (value, released)))
+
+    return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
+
+class _NothingSumFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Reads nothing from the clients; its result is zero at the server."""
+
+  def create(self, value_type):
+    @tff.tensorflow.computation
+    def zeros():
+      return tf.nest.map_structure(
+        lambda s: tf.zeros(s.shape, s.dtype),
+        tff.types.type_to_tf_tensor_specs(value_type),
+      )
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_value((), tff.SERVER)
+
+    @tff.federated_computation(
+      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+    )
+    def next_fn(state, value):
+      del value
+      return tff.templates.MeasuredProcessOutput(
+        state,
+        tff.federated_eval(zeros, tff.SERVER),
+        tff.federated_value((), tff.SERVER),
+      )
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def participant_count():
+  """The round's participant count at the server (secure sum of ones)."""
+  return tff.federated_secure_sum_bitwidth(
+    tff.federated_value(1, tff.CLIENTS), bitwidth=1
+  )
+
+
+class _DDGaussMeanFactory(
+  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+):
+  """The gated DDGauss mean (see `ddgauss_mean`)."""
+
+  def __init__(
+    self,
+    noise_multiplier: float,
+    expected_clients: float,
+    clip: float,
+    min_clients: int,
+    bits: int,
+    beta: float,
+    modclip_prob: float,
+    seed: tuple[int, int],
+  ):
+    self._args = (
+      noise_multiplier,
+      clip,
+      expected_clients,
+      bits,
+      min_clients,
+      beta,
+      modclip_prob,
+    )
+    self._seed = seed
+
+  def _parameters(self, dim: int) -> _Parameters:
+    z, clip, expected, bits, min_clients, beta, modclip_prob = self._args
+    return _parameters(
+      z, clip, expected, dim, bits, min_clients, beta, modclip_prob
+    )
+
+  def _sum_factory(self, p: _Parameters):
+    """TFF's DDGauss nesting (`DistributedDpSumFactory`), gated and seeded."""
+    _, clip, _, bits, min_clients, beta, _ = self._args
+    # Secure sum in [0, 2^b) inside modular clips to [0, 2^b) and to
+    # [-2^(b-1), 2^(b-1)), as TFF's pipeline does.
+    nested = _ThresholdSecureSumFactory(min_clients, 2**bits - 1, 0)
+    nested = _tff_private.modular_clipping_sum_factory(0, 2**bits, nested)
+    nested = _tff_private.modular_clipping_sum_factory(
+      -(2 ** (bits - 1)), 2 ** (bits - 1), nested
+    )
+    nested = tff.aggregators.DifferentiallyPrivateFactory(
+      _SeededDiscreteGaussianSumQuery(
+        p.l2_sensitivity, p.local_stddev, self._seed
+      ),
+      nested,
+    )
+    nested = _tff_private.discretization_factory(
+      nested, scale_factor=p.scale, beta=beta, prior_norm_bound=clip
+    )
+    nested = tff.aggregators.clipping_factory(
+      clip, nested, clipped_count_sum_factory=_NothingSumFactory()
+    )
+    nested = tff.aggregators.DiscreteFourierTransformFactory(nested)
+    return tff.aggregators.concat_factory(nested)
+
+  def create(self, value_type):
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    flat = tf.nest.flatten(specs)
+    if not flat or not all(s.dtype.is_floating for s in flat):
+      raise TypeError(
+        f'ddgauss_mean needs a structure of float tensors. Found {value_type}.'
+      )
+    dim = sum(int(np.prod(s.shape.as_list())) for s in flat)
+    p = self._parameters(dim)
+    inner = self._sum_factory(p).create(value_type)
+    _, clip, denominator, _, min_clients, _, _ = self._args
+    result_type = inner.next.type_signature.result.result.member
+
+    @tff.tensorflow.computation(result_type, np.int32)
+    def mean(value, count):
       released = count >= min_clients
       return tf.nest.map_structure(
         lambda v: tf.where(released, v / denominator, tf.zeros_like(v)),
         value,
       )
 
-    @tff.tensorflow.computation(measurements_type)
-    def with_gate_measurements(measurements):
-      out = collections.OrderedDict(measurements)
-      out['min_clients'] = tf.constant(min_clients, tf.int32)
-      out['released'] = tf.cast(
-        measurements['actual_num_clients'] >= min_clients, tf.int32
+    @tff.tensorflow.computation(np.int32)
+    def measurements(count):
+      return collections.OrderedDict(
+        l2_clip=tf.constant(clip, tf.float32),
+        scale_factor=tf.constant(p.scale, tf.float64),
+        scaled_inflated_l2=tf.constant(p.l2_sensitivity, tf.float64),
+        scaled_local_stddev=tf.constant(float(p.local_stddev), tf.float64),
+        actual_num_clients=count,
+        padded_dim=tf.constant(p.padded_dim, tf.int32),
+        min_clients=tf.constant(min_clients, tf.int32),
+        released=tf.cast(count >= min_clients, tf.int32),
       )
-      return out
 
     @tff.federated_computation(
       inner.initialize.type_signature.result,
@@ -436,13 +792,11 @@ class _GatedMeanFactory(
     )
     def next_fn(state, value):
       out = inner.next(state, value)
-      count = out.measurements.actual_num_clients
+      count = participant_count()
       return tff.templates.MeasuredProcessOutput(
         state=out.state,
-        result=tff.federated_map(gate, tff.federated_zip((out.result, count))),
-        measurements=tff.federated_map(
-          with_gate_measurements, out.measurements
-        ),
+        result=tff.federated_map(mean, tff.federated_zip((out.result, count))),
+        measurements=tff.federated_map(measurements, count),
       )
 
     return tff.templates.AggregationProcess(inner.initialize, next_fn)
@@ -457,36 +811,40 @@ def ddgauss_mean(
   bits: int = 20,
   beta: float = DEFAULT_BETA,
   modclip_prob: float = DEFAULT_MODCLIP_PROB,
+  noise_seed: Optional[dp_queries.SeedLike] = None,
 ) -> tff.aggregators.UnweightedAggregationFactory:
   """DDGauss mean of client updates over the expected cohort.
 
-  TFF's `DistributedDpSumFactory(mechanism='distributed_dgauss')` sums, with
-  each client's noise stddev `noise_multiplier * clip / sqrt(min_clients -
-  1)` (before scaling); the sum is divided by `expected_clients_per_round`
-  (public), as DP-FedAvg does. A round with fewer than `min_clients`
-  participants releases a zero update (see the module doc for what the
-  accounting assumes). See `protobuf_supports_ddgauss` for the protobuf
-  backend this needs inside a learning process.
+  Each client's noise has integer scale ceil(scale * noise_multiplier *
+  clip / sqrt(min_clients - 1)); the secure sum is divided by
+  `expected_clients_per_round` (public), as DP-FedAvg does. A round with
+  fewer than `min_clients` participants reveals only its count and releases
+  a zero update (module doc). See `protobuf_supports_ddgauss` for the
+  protobuf backend this needs inside a learning process.
 
-  Measurements: TFF's `l2_clip`, `scale_factor`, `scaled_inflated_l2`,
-  `scaled_local_stddev`, `actual_num_clients`, `padded_dim`,
-  `dp_query_metrics`, and `min_clients` and `released` (1 if the round's
-  sum was released, 0 if withheld); `round_event_from_measurements` turns
-  them into the round's DpEvent.
+  Measurements: `l2_clip`, `scale_factor`, `scaled_inflated_l2` (Delta_2),
+  `scaled_local_stddev` (the sampler's integer scale sigma),
+  `actual_num_clients`, `padded_dim`, `min_clients` and `released` (1 if
+  the round's sum was released, 0 if withheld);
+  `round_event_from_measurements` turns them into the round's DpEvent.
 
   Args:
     noise_multiplier: Target noise multiplier z (central noise of
       `min_clients - 1` shares over clip), >= 0.
     expected_clients_per_round: Expected cohort (the mean's denominator and
-      the cohort TFF sizes the modular headroom for), >= 2.
+      the cohort the modular headroom is sized for), >= 2.
     clip: L2 clip of each update, > 0.
     min_clients: Public lower bound on the cohort of a released round, an
       integer in [2, floor(expected_clients_per_round)]: the cohort size m
       under fixed-size sampling, a low quantile of the cohort under Poisson
       sampling (`binomial_min_clients`).
-    bits: Bit width of the modular secure sum, in [2, 22] (TFF's limit).
+    bits: Bit width of the modular secure sum, in [2, 22].
     beta: Conditional rounding parameter in [0, 1).
     modclip_prob: Target probability of modular wrap-around, in (0, 1).
+    noise_seed: None (a secret 128-bit seed from the OS), or an int or a
+      pair of ints: the state's initial seed. Each client folds in a nonce
+      of its own from OS entropy, which is what keeps its noise secret from
+      the server (module doc), so a seed does not reproduce the noise.
 
   Returns:
     The aggregation factory.
@@ -513,20 +871,13 @@ def ddgauss_mean(
     raise ValueError(f'beta must be in [0, 1). Found {beta!r}.')
   if not 0 < modclip_prob < 1:
     raise ValueError(f'modclip_prob must be in (0, 1). Found {modclip_prob!r}.')
-  ddp = _tff_private.distributed_dp_module()
-  with warnings.catch_warnings():
-    # TFF warns on any beta > 0; Kairouz et al. recommend exp(-0.5).
-    warnings.filterwarnings('ignore', message='The selected beta')
-    inner = ddp.DistributedDpSumFactory(
-      noise_multiplier=_tff_noise_multiplier(
-        noise_multiplier, expected_clients_per_round, min_clients
-      ),
-      expected_clients_per_round=_heuristic_clients(expected_clients_per_round),
-      bits=bits,
-      l2_clip=clip,
-      modclip_prob=modclip_prob,
-      beta=beta,
-      mechanism='distributed_dgauss',
-      rotation_type='dft',
-    )
-  return _GatedMeanFactory(inner, expected_clients_per_round, min_clients)
+  return _DDGaussMeanFactory(
+    noise_multiplier,
+    expected_clients_per_round,
+    clip,
+    min_clients,
+    bits,
+    beta,
+    modclip_prob,
+    dp_queries.resolve_seed(noise_seed),
+  )

@@ -93,6 +93,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from absl import logging
 import dp_accounting
 import numpy as np
 import tensorflow as tf
@@ -106,6 +107,44 @@ from tff_dp.aggregators import weighting
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
 IMPACT_RULES = ('relative', 'absolute')
+
+
+# DPSFL-AC logs a warning when its clip bit's noise lowers the round's
+# merged noise multiplier below this fraction of the sketch's own.
+BIT_NOISE_WARNING_RATIO = 0.8
+
+
+def merged_noise_multiplier(noise_multiplier: float, bit_noise: float) -> float:
+  """The sketch and clip bit as one Gaussian: 1/z^2 = 1/z_s^2 + 1/sigma_b^2.
+
+  (What the ledger's `privacy.merge_gaussians` records for the round.)
+  """
+  if noise_multiplier == 0 or bit_noise == 0:
+    return 0.0
+  return 1.0 / math.sqrt(noise_multiplier**-2 + bit_noise**-2)
+
+
+def _warn_if_bit_noise_dominates(
+  noise_multiplier: float, adaptive: 'AdaptiveClip', clients_per_round: float
+) -> None:
+  if noise_multiplier == 0:
+    return
+  bit_noise = adaptive.bit_noise_multiplier
+  merged = merged_noise_multiplier(noise_multiplier, bit_noise)
+  if merged < BIT_NOISE_WARNING_RATIO * noise_multiplier:
+    logging.warning(
+      "DPSFL-AC: the clip bit's noise (sigma_b = %.4g; the default is the "
+      "expected cohort / 20 = %.4g) lowers the round's merged noise "
+      "multiplier to %.4g, %.0f%% of the sketch's own %.4g (below %.0f%%): "
+      'the bit, not the sketch, dominates the privacy cost. Raise '
+      '--dpsfl_bit_noise or the cohort.',
+      bit_noise,
+      default_bit_noise(clients_per_round),
+      merged,
+      100 * merged / noise_multiplier,
+      noise_multiplier,
+      100 * BIT_NOISE_WARNING_RATIO,
+    )
 
 
 def default_bit_noise(expected_clients_per_round: float) -> float:
@@ -269,6 +308,9 @@ class SketchAggregatorFactory(
     if adaptive is not None:
       adaptive.check()
       adaptive = adaptive.resolved(clients_per_round)
+      _warn_if_bit_noise_dominates(
+        float(noise_multiplier), adaptive, float(clients_per_round)
+      )
     self._rows, self._columns, self._k = int(rows), int(columns), int(k)
     self._momentum, self._lr = float(momentum), float(learning_rate)
     self._private = private

@@ -499,8 +499,8 @@ def test_ddgauss_in_both_builders_in_process():
     measurements = metrics['aggregator']
     assert measurements['released'] == 1
     event = ddgauss.round_event_from_measurements(measurements)
-    assert isinstance(event, dp_accounting.GaussianDpEvent)
-    assert event.noise_multiplier > 0
+    assert isinstance(event, ddgauss.DiscreteGaussianSumDpEvent)
+    assert event.local_stddev >= 1 and event.l2_sensitivity > 0
 
 
 @pytest.mark.slow

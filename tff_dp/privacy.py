@@ -33,19 +33,38 @@ Sampling:
 A round whose event is `NonPrivateDpEvent` (no noise) is recorded unsampled
 whatever the sampling, so the run's epsilon is infinite (amplification by
 sampling of a mechanism with no guarantee gives none).
+
+Events known only by a theorem's RDP curve (`CURVE_EVENTS`: DDGauss's
+`DiscreteGaussianSumDpEvent`, whose curve alpha c^2 / 2 is an upper bound,
+not the divergence) are amplified with bounds that hold for any mechanism
+with that curve: Poisson sampling by Zhu & Wang 2019 ("Poisson Subsampled
+Renyi Differential Privacy", ICML, Theorem 6), fixed-size sampling under
+replace-one by Wang, Balle & Kasiviswanathan 2019 ("Subsampled Renyi
+Differential Privacy and Analytical Moments Accountant", AISTATS, Theorem
+9), each capped by the unsampled curve, at integer orders (fractional ones
+by the convexity of the CGF, their Corollary 10). They compose with the
+other rounds in dp_accounting's RDP accountant (`rdp_accountant()`), which
+converts to (epsilon, delta) with its own `compute_epsilon`. No PLD: the
+ledger's PLD epsilon is NaN and `pld_unavailable_reason` says why. A
+mechanism whose participant count is public (secure aggregation) makes a
+Poisson-sampled run rest on an assumption (`assumptions`).
 """
 
 import dataclasses
 import itertools
 import json
 import math
+import numbers
 from typing import Any, Callable, Optional
 
 import attr
 import dp_accounting
 from dp_accounting import pld
 from dp_accounting import rdp
+import numpy as np
+from scipy import special
 
+from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_events
 
 SAMPLING_MODES = ('poisson', 'fixed')
@@ -62,8 +81,25 @@ _EVENT_TYPES = {
     dp_accounting.SampledWithoutReplacementDpEvent,
     dp_accounting.SampledWithReplacementDpEvent,
     dp_accounting.UnsupportedDpEvent,
+    ddgauss.DiscreteGaussianSumDpEvent,
   )
 }
+# Events known only by an upper bound on their RDP curve (a theorem, not
+# the divergence itself): accounted with generic subsampling bounds, no PLD.
+CURVE_EVENTS = (ddgauss.DiscreteGaussianSumDpEvent,)
+# Events of mechanisms whose round reveals its participant count (secure
+# aggregation tells the server; the noise variance tells everyone).
+PUBLIC_COUNT_EVENTS = (ddgauss.DiscreteGaussianSumDpEvent,)
+POISSON_COUNT_ASSUMPTION = (
+  'Poisson sampling with a public participant count (DDGauss): the '
+  'subsampling bound treats whether the target client was sampled as '
+  'hidden, but the round reveals its count n (to the server through secure '
+  'aggregation, to anyone through the noise variance n sigma^2), the '
+  "target's own noise share comes and goes with it, and whether a round is "
+  'withheld (count below min_clients) can turn on the target alone. None '
+  'of this is charged: the epsilon holds only if the count is hidden. '
+  'Fixed-size sampling (n = m every round) needs no such assumption.'
+)
 
 
 def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
@@ -210,9 +246,12 @@ class Sampling:
 
     Raises:
       dp_accounting.UnsupportedEventError: For fixed-size sampling of an
-        event that is not a (composition of) Gaussian(s), whose replace-one
-        form this ledger cannot state.
+        event that is not a (composition of) Gaussian(s) or a curve event,
+        whose replace-one form this ledger cannot state.
+      ValueError: If a Gaussian's multiplier is NaN or negative
+        (`check_event`).
     """
+    check_event(event)
     event = merge_gaussians(event)
     if isinstance(
       event, (dp_accounting.NoOpDpEvent, dp_accounting.NonPrivateDpEvent)
@@ -225,12 +264,13 @@ class Sampling:
     )
 
   def rdp_accountant(self) -> rdp.RdpAccountant:
+    """dp_accounting's RDP accountant for this relation, with `CURVE_EVENTS`."""
     relation = (
       dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
       if self.mode == 'poisson'
       else dp_accounting.NeighboringRelation.REPLACE_ONE
     )
-    return rdp.RdpAccountant(neighboring_relation=relation)
+    return RdpAccountant(neighboring_relation=relation)
 
   def pld_accountant(self) -> Optional[pld.PLDAccountant]:
     if self.mode == 'poisson':
@@ -242,18 +282,229 @@ class Sampling:
 
 
 def replace_one_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-  """A merged Gaussian's event under replace-one (sensitivity 2C).
+  """A merged Gaussian's (or a curve event's) event under replace-one.
+
+  Replacing one client moves the clipped sum by up to twice what removing
+  it does: a Gaussian's multiplier is halved, a
+  `DiscreteGaussianSumDpEvent`'s sensitivity doubled (its tau term, which
+  does not depend on the sensitivity, is unchanged).
 
   Raises:
-    dp_accounting.UnsupportedEventError: If `event` is not a Gaussian.
+    dp_accounting.UnsupportedEventError: If `event` is neither.
   """
+  if isinstance(event, ddgauss.DiscreteGaussianSumDpEvent):
+    return event.with_sensitivity_scaled(2.0)
   if not isinstance(event, dp_accounting.GaussianDpEvent):
     raise dp_accounting.UnsupportedEventError(
-      'Fixed-size sampling is accounted for Gaussian mechanisms only '
-      f'(replace-one sensitivity 2C). Found {event}; use Poisson sampling '
+      'Fixed-size sampling is accounted for Gaussian mechanisms and '
+      "DDGauss's DiscreteGaussianSumDpEvent only (replace-one sensitivity "
+      f'2C). Found {event}; use Poisson sampling '
       '(--client_sampling_rate).'
     )
   return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+
+
+def check_event(event: dp_accounting.DpEvent) -> None:
+  """Raises if a Gaussian in `event` has a NaN or negative multiplier.
+
+  dp_accounting's RDP accountant loops forever on a NaN multiplier (its
+  fractional-order series never meets its stopping test), so the ledger
+  checks every event it records.
+
+  Raises:
+    ValueError: Naming the multiplier and its allowed range.
+  """
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    z = event.noise_multiplier
+    if isinstance(z, bool) or not (
+      isinstance(z, numbers.Real) and not math.isnan(z) and z >= 0
+    ):
+      raise ValueError(
+        'A GaussianDpEvent noise_multiplier must be a number >= 0. '
+        f'Found {z!r}.'
+      )
+    return
+  for field in attr.fields(type(event)):
+    value = getattr(event, field.name)
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+      if isinstance(v, dp_accounting.DpEvent):
+        check_event(v)
+
+
+def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
+  return (
+    special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+  )
+
+
+def _log_sum_exp(x: np.ndarray) -> float:
+  """log(sum(exp(x))), as max + log1p(rest): the CGF bounds are often
+  log(1 + tiny), which `scipy.special.logsumexp` rounds at 1e-16 absolute."""
+  i = int(np.argmax(x))
+  rest = np.delete(x, i) - x[i]
+  return float(x[i] + np.log1p(np.sum(np.exp(rest))))
+
+
+def _poisson_cgf_bound(q: float, curve, alpha: int) -> float:
+  """Zhu & Wang 2019, Theorem 6 (general upper bound), as a CGF.
+
+  (alpha - 1) times the RDP at integer alpha >= 2 of the Poisson-sampled
+  mechanism (rate 0 < q < 1, add/remove-one) whose RDP is at most eps(j):
+    log[(1 - q)^(alpha - 1) (1 + (alpha - 1) q)
+        + C(alpha, 2) q^2 (1 - q)^(alpha - 2) e^eps(2)
+        + 3 sum_{j=3}^alpha C(alpha, j) q^j (1 - q)^(alpha - j)
+          e^((j - 1) eps(j))].
+  The 3 is the theorem's (its bound is tight up to log(3) / (alpha - 1));
+  Kairouz et al.'s own accountant (google-research/federated,
+  distributed_dp/accounting_utils.py) uses the same expression.
+  """
+  j = np.arange(2, alpha + 1)
+  log_q, log_1mq = math.log(q), math.log1p(-q)
+  terms = _log_comb(alpha, j) + j * log_q + (alpha - j) * log_1mq
+  terms = terms + (j - 1) * curve(j)
+  terms[1:] += math.log(3.0)
+  first = (alpha - 1) * log_1mq + math.log1p((alpha - 1) * q)
+  return _log_sum_exp(np.concatenate([[first], terms]))
+
+
+def _wor_cgf_bound(q: float, curve, alpha: int) -> float:
+  """Wang, Balle & Kasiviswanathan 2019, Theorem 9, as a CGF.
+
+  (alpha - 1) times the RDP at integer alpha >= 2 of a mechanism with RDP
+  at most eps(j) run on m = q N of N records drawn without replacement,
+  under replace-one:
+    log[1 + q^2 C(alpha, 2) min(4 (e^eps(2) - 1),
+                                e^eps(2) min(2, (e^eps(inf) - 1)^2))
+        + sum_{j=3}^alpha q^j C(alpha, j) e^((j - 1) eps(j))
+          min(2, (e^eps(inf) - 1)^j)],
+  here with eps(inf) = inf (a Gaussian-like curve has no pure-DP bound),
+  so both min(2, ...) are 2.
+  """
+  j = np.arange(2, alpha + 1)
+  eps = curve(j)
+  log_q = math.log(q)
+  e2 = float(eps[0])
+  t2 = (
+    2 * log_q
+    + float(_log_comb(alpha, np.array(2)))
+    + min(math.log(4.0) + e2 + math.log(-math.expm1(-e2)), e2 + math.log(2.0))
+  )
+  rest = (
+    math.log(2.0)
+    + j[1:] * log_q
+    + _log_comb(alpha, j[1:])
+    + (j[1:] - 1) * eps[1:]
+  )
+  return _log_sum_exp(np.concatenate([[0.0, t2], rest]))
+
+
+def subsampled_rdp(
+  curve: Callable[[np.ndarray], np.ndarray],
+  q: float,
+  orders,
+  scheme: str,
+) -> np.ndarray:
+  """RDP of a subsampled mechanism known only by an upper curve eps(alpha).
+
+  Generic bounds (valid for any mechanism whose RDP is at most `curve`):
+  `scheme` 'poisson' (add/remove-one) by Zhu & Wang 2019 Theorem 6,
+  'without_replacement' (replace-one; q = m / N) by Wang, Balle &
+  Kasiviswanathan 2019 Theorem 9 with eps(inf) = inf. Both are computed as
+  cumulant bounds K(alpha) at integer orders, each capped by the unsampled
+  (alpha - 1) eps(alpha) (subsampling never hurts: joint convexity); a
+  fractional order interpolates K linearly between its neighbouring
+  integers (K is convex, K(1) = 0; WBK19 Corollary 10) and is capped by
+  eps(alpha) too.
+
+  Args:
+    curve: eps(alpha) of the unsampled mechanism, vectorized over orders.
+    q: Sampling probability (Poisson) or m / N, in [0, 1].
+    orders: RDP orders, each > 1.
+    scheme: 'poisson' or 'without_replacement'.
+
+  Returns:
+    The RDP at each order.
+
+  Raises:
+    ValueError: On a bad `q`, order or `scheme`.
+  """
+  bounds = {
+    'poisson': _poisson_cgf_bound,
+    'without_replacement': _wor_cgf_bound,
+  }
+  if scheme not in bounds:
+    raise ValueError(
+      f'scheme must be one of {sorted(bounds)}. Found {scheme!r}.'
+    )
+  if not 0 <= q <= 1:
+    raise ValueError(f'q must be in [0, 1]. Found {q!r}.')
+  orders = np.asarray(orders, np.float64)
+  if not np.all(orders > 1) or not np.all(np.isfinite(orders)):
+    raise ValueError(f'orders must be finite and > 1. Found {orders!r}.')
+  if q == 0:
+    return np.zeros_like(orders)
+  if q == 1:
+    return np.asarray(curve(orders), np.float64)
+  cgf = {1: 0.0}
+  for a in sorted(
+    {math.floor(a) for a in orders} | {math.ceil(a) for a in orders}
+  ):
+    if a >= 2:
+      unsampled = (a - 1) * float(curve(np.array([a], np.float64))[0])
+      cgf[a] = min(bounds[scheme](q, curve, a), unsampled)
+  out = []
+  for a in orders:
+    lo, hi = math.floor(a), math.ceil(a)
+    t = a - lo
+    k = cgf[lo] if lo == hi else (1 - t) * cgf[lo] + t * cgf[hi]
+    out.append(min(k / (a - 1), float(curve(np.array([a]))[0])))
+  return np.array(out)
+
+
+class RdpAccountant(rdp.RdpAccountant):
+  """dp_accounting's RDP accountant that also composes `CURVE_EVENTS`.
+
+  A curve event, alone or as the inner event of a `PoissonSampledDpEvent`
+  (add/remove-one) or `SampledWithoutReplacementDpEvent` (replace-one), is
+  accounted with `subsampled_rdp`; every other event as dp_accounting does.
+  Epsilon is dp_accounting's conversion (`get_epsilon`).
+  """
+
+  def _maybe_compose(self, event, count, do_compose):
+    relation = dp_accounting.NeighboringRelation
+    inner = getattr(event, 'event', None)
+    if isinstance(event, CURVE_EVENTS):
+      values = lambda: event.rdp(self._orders)
+    elif isinstance(event, dp_accounting.PoissonSampledDpEvent) and isinstance(
+      inner, CURVE_EVENTS
+    ):
+      if self._neighboring_relation is not relation.ADD_OR_REMOVE_ONE:
+        return self.CompositionErrorDetails(
+          invalid_event=event,
+          error_message='PoissonSampledDpEvent needs ADD_OR_REMOVE_ONE.',
+        )
+      values = lambda: subsampled_rdp(
+        inner.rdp, event.sampling_probability, self._orders, 'poisson'
+      )
+    elif isinstance(
+      event, dp_accounting.SampledWithoutReplacementDpEvent
+    ) and isinstance(inner, CURVE_EVENTS):
+      if self._neighboring_relation is not relation.REPLACE_ONE:
+        return self.CompositionErrorDetails(
+          invalid_event=event,
+          error_message='SampledWithoutReplacementDpEvent needs REPLACE_ONE.',
+        )
+      values = lambda: subsampled_rdp(
+        inner.rdp,
+        event.sample_size / event.source_dataset_size,
+        self._orders,
+        'without_replacement',
+      )
+    else:
+      return super()._maybe_compose(event, count, do_compose)
+    if do_compose:
+      self._rdp += count * values()
+    return None
 
 
 # Ledger JSON version: 2 records fixed-size rounds with replace-one
@@ -307,7 +558,8 @@ class PrivacyLedger:
     """(epsilon from RDP, epsilon from PLD) at `delta`; PLD NaN if unsupported.
 
     A run with no private round (only NoOp events) has epsilon 0; one with
-    a non-private event has epsilon inf.
+    a non-private event has epsilon inf. Where the PLD epsilon is NaN,
+    `pld_unavailable_reason()` says why.
     """
     key = len(self._events)
     if key not in self._cache:
@@ -315,6 +567,22 @@ class PrivacyLedger:
         key: epsilon_of(self.composed_event(), self.sampling, self.delta)
       }
     return self._cache[key]
+
+  def pld_unavailable_reason(self) -> Optional[str]:
+    """Why `epsilon()`'s PLD epsilon is NaN; None where it is computed."""
+    return pld_unavailable_reason(self.composed_event(), self.sampling)
+
+  def assumptions(self) -> list[str]:
+    """What the epsilon assumes beyond the recorded events (empty: nothing).
+
+    A Poisson-sampled run of a mechanism whose participant count is public
+    (`PUBLIC_COUNT_EVENTS`) rests on `POISSON_COUNT_ASSUMPTION`.
+    """
+    if self.sampling.mode == 'poisson' and any(
+      _contains(e, PUBLIC_COUNT_EVENTS) for e in self._events
+    ):
+      return [POISSON_COUNT_ASSUMPTION]
+    return []
 
   def to_json(self) -> str:
     return json.dumps(
@@ -369,18 +637,48 @@ def epsilon_of(
   return float(eps_rdp), float(eps_pld)
 
 
-def _has_non_private(event: dp_accounting.DpEvent) -> bool:
-  if isinstance(event, dp_accounting.NonPrivateDpEvent):
+def pld_unavailable_reason(
+  event: dp_accounting.DpEvent, sampling: Sampling
+) -> Optional[str]:
+  """Why `epsilon_of` gives no PLD epsilon for `event`; None if it does."""
+  if _has_non_private(event):
+    return None
+  if _contains(event, CURVE_EVENTS):
+    return (
+      'The round event (DiscreteGaussianSumDpEvent, DDGauss) is known only '
+      'by an upper bound on its RDP curve (Kairouz et al. 2021, Prop. 14); '
+      'no privacy loss distribution follows from an RDP bound, so only the '
+      'RDP epsilon is sound.'
+    )
+  accountant = sampling.pld_accountant()
+  if accountant is None:
+    return (
+      "dp_accounting's PLD accountant does not support "
+      'SampledWithoutReplacementDpEvent (fixed-size sampling); the RDP '
+      'epsilon is the guarantee.'
+    )
+  if not accountant.supports(event):
+    return f"dp_accounting's PLD accountant does not support {event}."
+  return None
+
+
+def _contains(event: dp_accounting.DpEvent, types) -> bool:
+  """Whether `event` or an event nested in it is an instance of `types`."""
+  if isinstance(event, types):
     return True
   for field in attr.fields(type(event)):
     value = getattr(event, field.name)
     values = value if isinstance(value, (list, tuple)) else [value]
     if any(
-      isinstance(v, dp_accounting.DpEvent) and _has_non_private(v)
+      isinstance(v, dp_accounting.DpEvent) and _contains(v, types)
       for v in values
     ):
       return True
   return False
+
+
+def _has_non_private(event: dp_accounting.DpEvent) -> bool:
+  return _contains(event, dp_accounting.NonPrivateDpEvent)
 
 
 def calibrate_noise_multiplier(
@@ -403,10 +701,12 @@ def calibrate_noise_multiplier(
     sampling: The client sampling.
     round_event_fn: Maps the noise multiplier to one round's (unsampled)
       event, e.g. two Gaussians for a two-phase mechanism.
-    accountant: 'rdp' or 'pld' (PLD needs Poisson sampling).
+    accountant: 'rdp' or 'pld' (PLD needs Poisson sampling and an event
+      with a PLD: not DDGauss's, `pld_unavailable_reason`).
 
   Raises:
-    ValueError: On bad arguments.
+    ValueError: On bad arguments, or `accountant='pld'` for an event the
+      PLD accountant cannot state.
   """
   if not target_epsilon > 0 or not math.isfinite(target_epsilon):
     raise ValueError(
@@ -430,6 +730,14 @@ def calibrate_noise_multiplier(
     return dp_accounting.SelfComposedDpEvent(
       sampling.wrap(round_event_fn(z)), rounds
     )
+
+  if accountant == 'pld':
+    reason = pld_unavailable_reason(event_fn(1.0), sampling)
+    if reason is not None:
+      raise ValueError(
+        f"accountant='pld' cannot calibrate this round event: {reason} Use "
+        "accountant='rdp'."
+      )
 
   z_rdp = float(
     dp_accounting.calibrate_dp_mechanism(

@@ -1,12 +1,17 @@
 import json
+import logging
 import math
 
 import dp_accounting
 from dp_accounting import pld
 from dp_accounting import rdp
+from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
 import pytest
 
 from tff_dp import privacy
+from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import dpsfl
 
 G = dp_accounting.GaussianDpEvent
 
@@ -240,3 +245,200 @@ def test_bad_calibration_args(args, match):
 def test_bad_delta():
   with pytest.raises(ValueError, match=r'delta must be in \(0, 1\)'):
     privacy.PrivacyLedger(privacy.Sampling('poisson', 10, rate=0.5), 1.0)
+
+
+# Curve events (DDGauss): generic subsampled-RDP bounds.
+
+ORDERS = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+INTS = ORDERS[ORDERS == np.floor(ORDERS)]
+
+
+def _gaussian_curve(z):
+  return lambda a: np.asarray(a, np.float64) / (2 * z * z)
+
+
+@pytest.mark.parametrize('scheme', ['poisson', 'without_replacement'])
+def test_subsampled_curve_at_q_one_and_zero(scheme):
+  curve = _gaussian_curve(1.3)
+  np.testing.assert_array_equal(
+    privacy.subsampled_rdp(curve, 1.0, ORDERS, scheme), curve(ORDERS)
+  )
+  np.testing.assert_array_equal(
+    privacy.subsampled_rdp(curve, 0.0, ORDERS, scheme), np.zeros(len(ORDERS))
+  )
+  for q, orders, match in (
+    (1.5, ORDERS, r'q must be in \[0, 1\]'),
+    (0.1, [1.0, 2.0], 'orders must be finite and > 1'),
+  ):
+    with pytest.raises(ValueError, match=match):
+      privacy.subsampled_rdp(curve, q, orders, scheme)
+  with pytest.raises(ValueError, match='scheme must be one of'):
+    privacy.subsampled_rdp(curve, 0.1, ORDERS, 'shuffle')
+
+
+@pytest.mark.parametrize('q', [0.001, 0.029, 0.1, 0.3, 0.7])
+@pytest.mark.parametrize('z', [0.5, 1.0, 2.0])
+def test_poisson_bound_dominates_exact_subsampled_gaussian(q, z):
+  """Zhu & Wang's Theorem 6 on the Gaussian's curve alpha / (2 z^2) is an
+  upper bound on dp_accounting's exact subsampled-Gaussian RDP at every
+  order (fractional ones through the CGF interpolation), equal at order 2
+  (where the theorem is exact), within 3x at integer orders 2..64."""
+  ours = privacy.subsampled_rdp(_gaussian_curve(z), q, ORDERS, 'poisson')
+  exact = rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(
+    q, z, ORDERS
+  )
+  assert np.all(ours >= exact * (1 - 1e-12))
+  assert ours[ORDERS == 2][0] == pytest.approx(exact[ORDERS == 2][0], rel=1e-12)
+  middle = (ORDERS == np.floor(ORDERS)) & (ORDERS <= 64)
+  assert np.max(ours[middle] / exact[middle]) < 3
+
+
+@pytest.mark.parametrize('q', [0.01, 0.1, 0.5])
+@pytest.mark.parametrize('z', [0.8, 1.0, 2.0])
+def test_wor_bound_against_dp_accounting(q, z):
+  """Wang-Balle-Kasiviswanathan's Theorem 9 on the Gaussian's curve against
+  dp_accounting's SampledWithoutReplacement Gaussian RDP (replace-one; its
+  Theorem 27, tighter for the Gaussian, and Theorem 9 itself above order
+  256), both capped by the unsampled curve: equal at integer orders for
+  z <= 1 and above 256, at most 1.5x otherwise."""
+  curve = _gaussian_curve(z)
+  ours = privacy.subsampled_rdp(curve, q, INTS, 'without_replacement')
+  theirs = np.minimum(
+    rdp_privacy_accountant._compute_rdp_sample_wor_gaussian(q, z, INTS),
+    curve(INTS),
+  )
+  assert np.all(ours >= theirs * (1 - 1e-12))
+  np.testing.assert_allclose(ours[INTS > 256], theirs[INTS > 256], rtol=1e-12)
+  if z <= 1:
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+  assert np.max(ours / theirs) < 1.5
+
+
+def test_generic_bound_costs_the_issue_example():
+  # Issue 83's example, at z_eff = 1: 300 rounds at q = 0.029, delta 1e-5.
+  # The continuous Gaussian's 3.687 RDP / 3.245 PLD are not what the
+  # theorem gives; its curve with Zhu & Wang's bound gives 4.542.
+  event = ddgauss.DiscreteGaussianSumDpEvent(1.0, 1.0, 1, 10)  # c = 1.
+  sampling = privacy.Sampling('poisson', 10_000, rate=0.029)
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  for _ in range(300):
+    ledger.record(event)
+  gaussian = dp_accounting.PoissonSampledDpEvent(0.029, G(1.0))
+  assert _independent(gaussian, 300, 1e-5) == pytest.approx(3.6865, abs=1e-4)
+  assert ledger.epsilon()[0] == pytest.approx(4.5416, abs=1e-4)
+
+
+def _ddgauss_event():
+  # Delta_2 = 3e4, sigma = 8,989, h = 18 shares, d = 1,206,590: the
+  # seed 000 DDGauss row's round (c = 0.787, z_eff = 1.2706).
+  return ddgauss.DiscreteGaussianSumDpEvent(30015.5, 8989.0, 18, 1206590)
+
+
+@pytest.mark.parametrize('mode', ['poisson', 'fixed'])
+def test_ddgauss_ledger_matches_independent_computation(mode):
+  event = _ddgauss_event()
+  if mode == 'poisson':
+    sampling = privacy.Sampling('poisson', 300, rate=0.1)
+    # Add/remove-one: the curve as the aggregator states it.
+    rdp = privacy.subsampled_rdp(event.rdp, 0.1, ORDERS, 'poisson')
+  else:
+    sampling = privacy.Sampling('fixed', 300, clients_per_round=30)
+    # Replace-one: Delta_2 doubled, then WBK's bound at q = m / N.
+    doubled = ddgauss.DiscreteGaussianSumDpEvent(60031.0, 8989.0, 18, 1206590)
+    rdp = privacy.subsampled_rdp(
+      doubled.rdp, 30 / 300, ORDERS, 'without_replacement'
+    )
+  ledger = privacy.PrivacyLedger(sampling, 1e-3)
+  for _ in range(120):
+    ledger.record(event)
+  want, _ = rdp_privacy_accountant.compute_epsilon(ORDERS, 120 * rdp, 1e-3)
+  eps_rdp, eps_pld = ledger.epsilon()
+  assert eps_rdp == pytest.approx(want, rel=1e-12)
+  assert math.isnan(eps_pld)
+  assert 'RDP curve' in ledger.pld_unavailable_reason()
+  assert ledger.assumptions() == (
+    [privacy.POISSON_COUNT_ASSUMPTION] if mode == 'poisson' else []
+  )
+  # The ledger round-trips through JSON with its curve events.
+  again = privacy.PrivacyLedger.from_json(ledger.to_json())
+  assert again.events == ledger.events
+  assert again.epsilon()[0] == eps_rdp
+
+
+@pytest.mark.parametrize('mode', ['poisson', 'fixed'])
+def test_ddgauss_full_cohort_is_the_curve_by_hand(mode):
+  # q = 1 (every client every round): no amplification, so T rounds have
+  # RDP T alpha c^2 / 2, with c doubled under replace-one.
+  event = _ddgauss_event()
+  c = 1 / ddgauss.effective_noise_multiplier(30015.5, 8989.0, 18, 1206590)
+  assert c == pytest.approx(30015.5 / (math.sqrt(18) * 8989.0), rel=1e-12)
+  if mode == 'poisson':
+    sampling = privacy.Sampling('poisson', 50, rate=1.0)
+  else:
+    sampling = privacy.Sampling('fixed', 50, clients_per_round=50)
+    c *= 2
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  for _ in range(10):
+    ledger.record(event)
+  want, _ = rdp_privacy_accountant.compute_epsilon(
+    ORDERS, 10 * ORDERS * c**2 / 2, 1e-5
+  )
+  assert ledger.epsilon()[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_pld_reasons():
+  poisson = privacy.Sampling('poisson', 100, rate=0.1)
+  ledger = privacy.PrivacyLedger(poisson, 1e-5)
+  ledger.record(G(1.0))
+  assert ledger.pld_unavailable_reason() is None
+  fixed = privacy.PrivacyLedger(
+    privacy.Sampling('fixed', 100, clients_per_round=10), 1e-5
+  )
+  fixed.record(G(1.0))
+  assert 'fixed-size sampling' in fixed.pld_unavailable_reason()
+  assert fixed.assumptions() == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+  'event',
+  [
+    G(math.nan),
+    G(-1.0),
+    dp_accounting.ComposedDpEvent([G(1.0), G(math.nan)]),
+  ],
+)
+def test_nan_or_negative_multiplier_is_refused_when_recorded(event):
+  # dp_accounting's RDP accountant loops forever on a NaN multiplier; the
+  # ledger refuses it when the round is recorded.
+  ledger = privacy.PrivacyLedger(
+    privacy.Sampling('poisson', 100, rate=0.1), 1e-5
+  )
+  with pytest.raises(
+    ValueError, match='noise_multiplier must be a number >= 0. Found'
+  ):
+    ledger.record(event)
+  assert ledger.rounds == 0
+
+
+def test_dpsfl_ac_warns_when_bit_noise_dominates(caplog):
+  # Issue 83 item 6: 10 expected clients, default sigma_b = 10 / 20 = 0.5,
+  # sketch z = 1.185: merged 1 / sqrt(1.185^-2 + 0.5^-2) = 0.4607, 39% of
+  # the sketch's own (below 80%).
+  assert dpsfl.merged_noise_multiplier(1.185, 0.5) == pytest.approx(
+    (1.185**-2 + 0.5**-2) ** -0.5, rel=1e-12
+  )
+  with caplog.at_level(logging.WARNING, logger='absl'):
+    dpsfl.dpsfl_ac(
+      3, 100, 5, noise_multiplier=1.185, clients_per_round=10, initial_clip=1.0
+    )
+  (record,) = (r for r in caplog.records if 'DPSFL-AC' in r.getMessage())
+  assert record.levelno == logging.WARNING
+  assert 'merged noise multiplier to 0.4607, 39%' in record.getMessage()
+  caplog.clear()
+  # 100 clients: sigma_b = 5, merged 1.153 = 97% of 1.185: no warning.
+  with caplog.at_level(logging.WARNING, logger='absl'):
+    dpsfl.dpsfl_ac(
+      3, 100, 5, noise_multiplier=1.185, clients_per_round=100, initial_clip=1.0
+    )
+  assert not [r for r in caplog.records if 'DPSFL-AC' in r.getMessage()]

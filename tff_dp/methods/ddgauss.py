@@ -69,8 +69,9 @@ registry.register(
   registry.Method(
     name='ddgauss',
     description=(
-      'DDGauss (Kairouz et al. 2021): distributed discrete '
-      'Gaussian with secure sum; TFF DistributedDpSumFactory.'
+      'DDGauss (Kairouz et al. 2021): distributed discrete Gaussian with '
+      "threshold-gated secure sum (TFF's distributed-DP pipeline); "
+      'accounted by its RDP theorem with generic subsampling (no PLD).'
     ),
     private=True,
     options=DDGaussOptions,
@@ -94,7 +95,11 @@ registry.register(
       min_clients=p.options.ddgauss_min_clients,
     ),
     # The same event every round: h = min_clients - 1 shares, never the
-    # realised count (a round below min_clients is withheld).
+    # realised count (a round below min_clients is withheld). It is a
+    # `DiscreteGaussianSumDpEvent` (Kairouz et al.'s RDP curve), which the
+    # ledger amplifies with generic bounds; noise is calibrated through
+    # that accounting (`round_event` above) and only with the RDP
+    # accountant (`privacy.calibrate_noise_multiplier` refuses 'pld').
     event_from_measurements=ddgauss.round_event_from_measurements,
     preflight=_preflight,
     resolve=_resolve,
