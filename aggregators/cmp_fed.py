@@ -194,6 +194,7 @@ class CMPFedFactory(
     layout: str = 'out_in',
     vectors_phase: str = 'v',
     dense_below: int = 0,
+    client_norms: bool = False,
   ):
     """Checks the arguments.
 
@@ -217,6 +218,9 @@ class CMPFedFactory(
       dense_below: Kernels with fewer entries than this are not factorised:
         they travel dense with the vectors, under that phase's clip (ours,
         not the seed's; 0, the default, factorises every kernel).
+      client_norms: Also measure `client_norms`, the cohort's exact mean
+        pre-clip norms and clipped fractions (not private: for tuning C1
+        and C2 in simulation; off by default).
 
     Raises:
       ValueError: On a bad argument, naming it and its allowed range.
@@ -248,6 +252,7 @@ class CMPFedFactory(
       for phase in (0, 1)
     )
     self._secure_sum = bool(secure_sum)
+    self._client_norms = bool(client_norms)
 
   def noise_energy(self, shapes) -> tuple[float, float]:
     """Expected squared L2 norm of the noise in each phase's released mean.
@@ -368,6 +373,7 @@ class CMPFedFactory(
 
     # Each phase's clip (inf without DP: nothing is clipped).
     clip_u, clip_v = self._clips if self._private else (np.inf, np.inf)
+    measure_client_norms = self._client_norms
 
     @tff.tensorflow.computation(u_type, v_type)
     def client_norms(u, v):
@@ -435,18 +441,18 @@ class CMPFedFactory(
           v_phase=v_out.state,
         )
       )
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          u=u_out.measurements,
-          v=v_out.measurements,
-          mean_norms=tff.federated_map(norms, (u_out.result, v_out.result)),
-          # Not private: the cohort's mean pre-clip norms of U_i, V_i and
-          # the vectors, to set C1 and C2 by the seed's median rule.
-          client_norms=tff.federated_mean(
-            tff.federated_map(client_norms, (u_payload, v_payload))
-          ),
-        )
+      measured = collections.OrderedDict(
+        u=u_out.measurements,
+        v=v_out.measurements,
+        mean_norms=tff.federated_map(norms, (u_out.result, v_out.result)),
       )
+      if measure_client_norms:
+        # Not private: the cohort's mean pre-clip norms of U_i, V_i and the
+        # vectors, to set C1 and C2 by the seed's median rule.
+        measured['client_norms'] = tff.federated_mean(
+          tff.federated_map(client_norms, (u_payload, v_payload))
+        )
+      measurements = tff.federated_zip(measured)
       return tff.templates.MeasuredProcessOutput(
         new_state, result, measurements
       )

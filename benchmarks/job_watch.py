@@ -2,7 +2,8 @@
 
 The job runs in its own process (killed with this one: see
 `tff_dp.processes.popen_dying_with_parent`), its log in `<run_dir>/job.log`.
-Each time its `metrics.csv` gains a row, the resident memory of the job's
+Each time its `non_private/metrics.csv` gains a row (it runs with
+--release_non_private_metrics), the resident memory of the job's
 Python process and of its TFF `worker_binary` is recorded with the row's
 `round_seconds`; the peak of each over the round (polled every `poll_s`)
 too, and the CPU seconds each has used so far (their differences between
@@ -104,10 +105,13 @@ def run_job(
     '-m',
     'tff_dp.run',
     *flags,
+    # The round times and cohort sizes read below are non-private outputs.
+    '--release_non_private_metrics',
     f'--rounds={rounds}',
     f'--root_output_dir={out / "job"}',
   ]
-  metrics = out / 'job' / 'metrics.csv'
+  # outputs.NON_PRIVATE_DIR: where the run keeps them.
+  metrics = out / 'job' / 'non_private' / 'metrics.csv'
   seen = len(_rows(metrics))
   start = time.perf_counter()
   with open(out / 'job.log', 'a') as log:

@@ -255,4 +255,6 @@ def load_emnist(
     description=(
       f'{source}: {clients_words}, {num_classes} classes; model {model}'
     ),
+    # One client per writer: the test examples are the writers' own.
+    test_held_by_clients=(split == 'writers'),
   )

@@ -118,6 +118,10 @@ class FederatedTask:
     public_x: A server-held batch never given to a client (FL-TOP's Top-K
       selection on the medical tasks), model-ready; None if not held out.
     public_y: Its labels.
+    test_held_by_clients: True when the test examples belong to training
+      clients (EMNIST's writers' own held-out examples): test metrics are
+      then not post-processing of the released model, and a run keeps them
+      with its non-private outputs.
   """
 
   name: str
@@ -132,6 +136,7 @@ class FederatedTask:
   feature_names: tuple[str, ...] = ()
   public_x: Optional[np.ndarray] = None
   public_y: Optional[np.ndarray] = None
+  test_held_by_clients: bool = False
 
   @property
   def element_spec(self):

@@ -14,6 +14,18 @@ from tff_dp import methods as methods_lib
 from tff_dp import public_data
 from tff_dp import tasks as tasks_lib
 
+# Settings that say where and how fast a run goes, or what it may do, not
+# what it computes: a resume may change them (`outputs.check_same_config`).
+EXECUTION_ONLY = (
+  'allow_noise_seed_reuse',
+  'fuse_client_work',
+  'workers',
+  'local_workers',
+  'max_concurrent_computation_calls',
+  'intra_op_threads',
+  'inter_op_threads',
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
@@ -72,7 +84,17 @@ class ExperimentConfig:
   data_dir: Optional[str] = None
   output_dir: Optional[str] = None
   task_kwargs: tuple[tuple[str, Any], ...] = ()
+  # Non-private outputs (cohort sizes, train loss, pre-clip norms,
+  # timings, ...) are written to `non_private/` only when True; the
+  # default run writes only what the ledger covers (`outputs.split_row`).
+  release_non_private_metrics: bool = False
+  # With release_non_private_metrics: also the pre-clip update-norm
+  # diagnostics (computed only then).
   update_diagnostics: bool = True
+  # Research only: let --noise_seed be reused for another configuration in
+  # the same output tree (`noise_seeds.check_and_register`); the guarantee
+  # then does not hold against anyone who sees both runs.
+  allow_noise_seed_reuse: bool = False
   workers: Optional[str] = None
   local_workers: int = 0
   # Compile the round through MapReduceForm: one TF call per client
@@ -273,8 +295,8 @@ def noise_seed_status(noise_seed: Optional[int]) -> str:
   if noise_seed is None:
     return 'secret: drawn from OS entropy, kept only in the server state'
   return (
-    'given by --noise_seed (reproducible): the guarantee assumes this seed '
-    'is kept secret'
+    'given by --noise_seed (reproducible research run): the guarantee '
+    'assumes this seed is kept secret and used for no other configuration'
   )
 
 

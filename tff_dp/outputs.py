@@ -4,6 +4,7 @@
 import csv
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -14,9 +15,11 @@ import asyncio
 
 from absl import logging
 import numpy as np
+import tensorflow as tf
 
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
+from tff_dp.experiment_config import EXECUTION_ONLY
 from tff_dp.experiment_config import ExperimentConfig
 from tff_dp.experiment_config import noise_seed_status
 from tff_dp import processes
@@ -25,6 +28,151 @@ CHECKPOINT_PREFIX = 'round_'
 
 
 DIAGNOSTICS_FILE = 'diagnostics.jsonl'  # Per-round update histograms.
+# What the ledger does not cover, only with --release_non_private_metrics.
+NON_PRIVATE_DIR = 'non_private'  # Also `plot.NON_PRIVATE_DIR`.
+
+# The columns of a round's row that the ledger covers: public settings,
+# what the aggregator's DP releases determine (epsilon, the clip in force,
+# adaptive clipping's included), the bytes one client sends (a function of
+# the settings, not of the cohort), and test metrics when no client holds
+# the test data (post-processing of the released model).
+PRIVATE_COLUMNS = (
+  'round',
+  'epsilon_rdp',
+  'epsilon_pld',
+  'noise_multiplier',
+  'clip',
+  'client_lr',
+  'bytes_down_per_client',
+  'bytes_up_per_client',
+)
+
+
+def split_row(row: dict, test_private: bool) -> tuple[dict, dict]:
+  """`(private, non_private)` parts of a round's row.
+
+  Args:
+    row: Everything the round measured.
+    test_private: Whether test metrics are post-processing of the model
+      (the task's test data belongs to no client).
+
+  Returns:
+    The columns the ledger covers (`PRIVATE_COLUMNS`, and `test_*` when
+    `test_private`), and every other column, each with `round`.
+  """
+  private, non_private = {}, {'round': row['round']}
+  for k, v in row.items():
+    covered = k in PRIVATE_COLUMNS or (test_private and k.startswith('test_'))
+    (private if covered else non_private)[k] = v
+  return private, non_private
+
+
+# Summary keys the ledger does not cover (`RunFiles.split_summary`).
+NON_PRIVATE_SUMMARY_KEYS = (
+  'bytes_down_total',
+  'bytes_up_total',
+  'wall_seconds_this_invocation',
+)
+
+
+class RunFiles:
+  """Where a run's results go: what the ledger covers in the run folder,
+  the rest in `NON_PRIVATE_DIR` with --release_non_private_metrics only.
+
+  The run folder gets `metrics.csv`, `tensorboard/` and `summary.json` with
+  `PRIVATE_COLUMNS` (and test metrics when no client holds the test data);
+  `non_private/` gets the same three files with every other column, and
+  `diagnostics.jsonl`. Without the flag nothing else is written anywhere.
+  """
+
+  def __init__(
+    self,
+    output_dir: Optional[pathlib.Path],
+    release_non_private: bool,
+    test_private: bool,
+  ):
+    self.output_dir = output_dir
+    self.release = bool(release_non_private)
+    self.test_private = bool(test_private)
+    self.non_private_dir = (
+      output_dir / NON_PRIVATE_DIR
+      if output_dir is not None and self.release
+      else None
+    )
+    self._writers = {}
+
+  def split(self, row: dict) -> tuple[dict, dict]:
+    return split_row(row, self.test_private)
+
+  def shown(self, row: dict) -> dict:
+    """The columns a log line may show."""
+    return row if self.release else self.split(row)[0]
+
+  @property
+  def diagnostics_path(self) -> Optional[pathlib.Path]:
+    if self.non_private_dir is None:
+      return None
+    return self.non_private_dir / DIAGNOSTICS_FILE
+
+  def _dirs(self):
+    dirs = [] if self.output_dir is None else [self.output_dir]
+    return dirs + ([self.non_private_dir] if self.non_private_dir else [])
+
+  def write_round(self, rows: list[dict], hists: Optional[dict]) -> None:
+    """metrics.csv (rewritten), TensorBoard and histograms of `rows[-1]`."""
+    if self.output_dir is None:
+      return
+    parts = [self.split(r) for r in rows]
+    for i, d in enumerate(self._dirs()):
+      write_csv(d / 'metrics.csv', [p[i] for p in parts])
+      if d not in self._writers:
+        self._writers[d] = tf.summary.create_file_writer(str(d / 'tensorboard'))
+      row = parts[-1][i]
+      with self._writers[d].as_default(step=int(row['round'])):
+        for k, v in row.items():
+          if k != 'round' and isinstance(v, float) and math.isfinite(v):
+            tf.summary.scalar(k, v)
+      self._writers[d].flush()
+    if hists and self.diagnostics_path is not None:
+      with open(self.diagnostics_path, 'a') as f:
+        f.write(json.dumps({'round': int(rows[-1]['round']), **hists}) + '\n')
+
+  def split_summary(self, summary: dict) -> tuple[dict, dict]:
+    """`(private, non_private)` parts of the run's summary."""
+    private = {
+      k: v for k, v in summary.items() if k not in NON_PRIVATE_SUMMARY_KEYS
+    }
+    non_private = {
+      k: v for k, v in summary.items() if k in NON_PRIVATE_SUMMARY_KEYS
+    }
+    if not self.test_private:
+      non_private['final'] = private.pop('final', {})
+      private['final'] = {}
+    return private, non_private
+
+  def runner_state(
+    self, round_num: int, rng_state: dict, ledger_json, rows: list
+  ) -> 'RunnerState':
+    """The checkpoint's runner state: the rows' non-private columns only
+    when they are released, so the run folder holds none otherwise."""
+    parts = [self.split(r) for r in rows]
+    return RunnerState(
+      round_num,
+      rng_state,
+      ledger_json,
+      [p[0] for p in parts],
+      [p[1] for p in parts] if self.release else [],
+    )
+
+  def returned_summary(self, summary: dict) -> dict:
+    """What the runner returns: the private part, and the rest only when
+    it is released."""
+    private, non_private = self.split_summary(summary)
+    return {**private, **non_private} if self.release else private
+
+  def write_summary(self, summary: dict) -> None:
+    for d, part in zip(self._dirs(), self.split_summary(summary)):
+      atomic_write(d / 'summary.json', json.dumps(part, indent=2))
 
 
 def flatten(prefix: str, value, out: dict) -> None:
@@ -81,6 +229,7 @@ def atomic_write(path: pathlib.Path, text: str) -> None:
 
 
 def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
   first = [
     'round',
     'sampled_clients',
@@ -109,11 +258,13 @@ def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
 
 
 def progress_line(row: dict, rounds: int) -> str:
-  parts = [
-    f'round {row["round"]}/{rounds}',
-    f'clients {row["sampled_clients"]}',
-    f'train_loss {row.get("train_loss", float("nan")):.4f}',
-  ]
+  """A round's log line from the columns `row` has (non-private ones
+  only when the run releases them)."""
+  parts = [f'round {row["round"]}/{rounds}']
+  if 'sampled_clients' in row:
+    parts.append(f'clients {row["sampled_clients"]}')
+  if 'train_loss' in row:
+    parts.append(f'train_loss {row["train_loss"]:.4f}')
   for k in ('test_accuracy', 'test_auroc', 'test_balanced_accuracy'):
     if k in row:
       parts.append(f'{k[5:]} {row[k]:.4f}')
@@ -121,8 +272,12 @@ def progress_line(row: dict, rounds: int) -> str:
     parts.append(
       f'eps_rdp {row["epsilon_rdp"]:.3f} ' f'eps_pld {row["epsilon_pld"]:.3f}'
     )
-  parts.append(f'up {row["bytes_up_total"] / 1e6:.1f} MB total')
-  parts.append(f'{row["round_seconds"]:.1f}s')
+  if 'bytes_up_total' in row:
+    parts.append(f'up {row["bytes_up_total"] / 1e6:.1f} MB total')
+  else:
+    parts.append(f'up {row["bytes_up_per_client"] / 1e3:.1f} KB/client')
+  if 'round_seconds' in row:
+    parts.append(f'{row["round_seconds"]:.1f}s')
   return ' | '.join(parts)
 
 
@@ -134,6 +289,13 @@ class RunnerState:
   rng_state: dict
   ledger_json: Optional[str]
   rows: list
+  # With --release_non_private_metrics only: the rows' other columns.
+  non_private_rows: list = dataclasses.field(default_factory=list)
+
+  def all_rows(self) -> list:
+    """`rows` with `non_private_rows` merged in by round."""
+    extra = {r['round']: r for r in self.non_private_rows}
+    return [{**extra.get(r['round'], {}), **r} for r in self.rows]
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self))
@@ -166,7 +328,8 @@ def save_checkpoint(manager, state, runner: RunnerState) -> float:
   return time.perf_counter() - start
 
 
-# What a run writes that is not covered by the ledger's guarantee.
+# What the ledger does not cover: written to NON_PRIVATE_DIR only with
+# --release_non_private_metrics.
 NON_PRIVATE_OUTPUTS = (
   'sampled_clients and empty_clients_skipped (the realised cohort size)',
   'train_loss and every client_work/* metric (cohort means of client '
@@ -174,8 +337,13 @@ NON_PRIVATE_OUTPUTS = (
   'update diagnostics: update_norm_*, fraction_clipped, angles, '
   'diagnostics.jsonl histograms (pre-clip client norms)',
   'non_finite_clients (a count of clients)',
-  'round_seconds, data_wait_seconds, train_seconds, eval_seconds (they '
-  "depend on the cohort's size and data)",
+  'round_seconds, data_wait_seconds, train_seconds, eval_seconds and the '
+  "run's wall time (they depend on the cohort's size and data)",
+  'bytes_down_total and bytes_up_total (the realised cohorts times the '
+  'bytes per client)',
+  'test metrics of tasks whose test examples belong to training clients '
+  "(EMNIST's writers' held-out examples)",
+  'every raw TFF measurement (tff/*)',
   "DPSFL's num_clients and DDGauss's actual_num_clients and released "
   'measurements',
   "CMP-Fed/UV-Fed's client_norms (the cohort's mean pre-clip norms of "
@@ -225,9 +393,48 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   return steps
 
 
-def privacy_section(config, task, method, sampling, ledger) -> dict:
-  """The summary's account of what the run's guarantee covers."""
-  del task
+def test_held_by_clients(task) -> bool:
+  """Whether the task's test examples belong to training clients."""
+  return bool(task.test_held_by_clients)
+
+
+def _release_section(config, task) -> dict:
+  """What the run folder holds beyond the ledger's coverage, if anything."""
+  released = config.release_non_private_metrics
+  test = (
+    'not covered: the test examples belong to training clients, so test '
+    'metrics go to non_private/ (written only with '
+    '--release_non_private_metrics)'
+    if test_held_by_clients(task)
+    else 'covered: test data held by no client (post-processing of the '
+    'released model)'
+  )
+  return {
+    'non_private_metrics_released': released,
+    'non_private_dir': NON_PRIVATE_DIR if released else None,
+    # Released (in non_private/) or withheld.
+    'non_private_outputs': list(NON_PRIVATE_OUTPUTS),
+    'test_metrics': test,
+    'checkpoints': "checkpoints/ hold the server's secret state (the noise "
+    'and client-sampling RNG): never publish them',
+  }
+
+
+def privacy_section(
+  config, task, method, sampling, ledger, noise_seed_clash=None
+) -> dict:
+  """The summary's account of what the run's guarantee covers.
+
+  Args:
+    config: The run's config.
+    task: The run's task (whether its test data belongs to clients).
+    method: The run's method.
+    sampling: The run's client sampling.
+    ledger: The run's `privacy.PrivacyLedger`, None for a non-private one.
+    noise_seed_clash: The run folder that used this noise seed for another
+      configuration (`noise_seeds.check_and_register` with
+      --allow_noise_seed_reuse), if any.
+  """
   if ledger is None:
     return {
       'private': False,
@@ -240,7 +447,7 @@ def privacy_section(config, task, method, sampling, ledger) -> dict:
     if sampling.mode == 'poisson'
     else 'replace one client (fixed-size sampling; sensitivity 2 x clip)'
   )
-  return {
+  section = {
     'private': True,
     'unit': "client-level: all of one client's data",
     'neighbouring_relation': relation,
@@ -248,13 +455,34 @@ def privacy_section(config, task, method, sampling, ledger) -> dict:
     'delta': ledger.delta,
     'epsilon_rdp': eps_rdp,
     'epsilon_pld': eps_pld,
+    # Why epsilon_pld is NaN (None where it is computed).
+    'pld_unavailable_reason': ledger.pld_unavailable_reason(),
+    # What the epsilon assumes beyond the recorded events.
+    'assumptions': ledger.assumptions(),
     'noise_seed': noise_seed_status(config.noise_seed),
     'noise_seed_secret': config.noise_seed is None,
+    'research_run': config.noise_seed is not None,
+    'noise_seed_reused_in': noise_seed_clash,
+    'guarantee_holds': noise_seed_clash is None,
     'released': 'the model after each round (final_model_weights.npz, '
-    'test metrics and checkpoints of it)',
-    'non_private_outputs': list(NON_PRIVATE_OUTPUTS),
-    'tuning_outside_ledger': tuning_outside_ledger(config, method),
+    'test metrics of it), epsilon and the bytes per client',
+    **_release_section(config, task),
+    'tuning_outside_ledger': tuning_outside_ledger(config, method)
+    + _client_test_tuning(config, task),
   }
+  return section
+
+
+def _client_test_tuning(config, task) -> list[str]:
+  """Test metrics on client-held examples, once released, are client
+  data: a round or setting picked by them is tuned outside the ledger."""
+  if not (test_held_by_clients(task) and config.release_non_private_metrics):
+    return []
+  return [
+    "test metrics (non_private/) are computed on the training clients' "
+    'own held-out examples; choosing a round or a setting by them uses '
+    'client data outside the ledger'
+  ]
 
 
 def save_model_weights(path: pathlib.Path, model_weights) -> None:
@@ -274,16 +502,6 @@ def save_model_weights(path: pathlib.Path, model_weights) -> None:
   ) as f:
     np.savez(f, **arrays)
   os.replace(f.name, path)
-
-
-_EXECUTION_ONLY = (
-  'fuse_client_work',
-  'workers',
-  'local_workers',
-  'max_concurrent_computation_calls',
-  'intra_op_threads',
-  'inter_op_threads',
-)
 
 
 def check_same_config(
@@ -307,7 +525,7 @@ def check_same_config(
   # configs before issue #26 recorded for every run) do not change it.
   old = {k: v for k, v in old.items() if k in new}
   # Where and how fast it runs does not change the results.
-  for key in _EXECUTION_ONLY:
+  for key in EXECUTION_ONLY:
     old.pop(key, None)
     new.pop(key, None)
   if old != new:

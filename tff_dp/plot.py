@@ -50,8 +50,12 @@ from tff_dp.client_works import diagnostics  # noqa: E402
 _METRICS = ('test_accuracy', 'test_balanced_accuracy', 'test_auroc')
 
 
-def read_rows(run_dir: pathlib.Path) -> list[dict[str, float]]:
-  with open(run_dir / 'metrics.csv', newline='') as f:
+# The run folder's subfolder of non-private outputs (`outputs.NON_PRIVATE_DIR`).
+NON_PRIVATE_DIR = 'non_private'
+
+
+def _read_csv(path: pathlib.Path) -> list[dict[str, float]]:
+  with open(path, newline='') as f:
     out = []
     for r in csv.DictReader(f):
       row = {}
@@ -62,6 +66,17 @@ def read_rows(run_dir: pathlib.Path) -> list[dict[str, float]]:
           pass
       out.append(row)
   return out
+
+
+def read_rows(run_dir: pathlib.Path) -> list[dict[str, float]]:
+  """The numeric cells of a run's `metrics.csv`, a dict per round, with its
+  `non_private/metrics.csv` columns merged in by round where it has one."""
+  rows = _read_csv(run_dir / 'metrics.csv')
+  extra = run_dir / NON_PRIVATE_DIR / 'metrics.csv'
+  if extra.exists():
+    by_round = {r['round']: r for r in _read_csv(extra)}
+    rows = [{**by_round.get(r['round'], {}), **r} for r in rows]
+  return rows
 
 
 def pick_metric(rows: Sequence[dict]) -> str:
@@ -186,7 +201,9 @@ def plot_norm_angle(
   run_dir: pathlib.Path, path: pathlib.Path, round_num: Optional[int] = None
 ) -> Optional[pathlib.Path]:
   """Norm x cosine cells of one round, and norm quantiles per round."""
-  diag = run_dir / 'diagnostics.jsonl'
+  diag = run_dir / NON_PRIVATE_DIR / 'diagnostics.jsonl'
+  if not diag.exists():  # A run from before non_private/ existed.
+    diag = run_dir / 'diagnostics.jsonl'
   if not diag.exists():
     return None
   lines = [json.loads(l) for l in diag.read_text().splitlines() if l]

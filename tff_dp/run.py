@@ -161,9 +161,14 @@ _NOISE_SEED = flags.DEFINE_integer(
   'Seed of the privacy-relevant randomness (DP noise, client sampling, '
   'local shuffles). Default: unset, drawn from OS entropy and kept only in '
   'the checkpointed server state. Setting it makes the run reproducible '
-  'for research, and the DP guarantee then assumes this seed is kept '
-  'secret: whoever knows it can regenerate and subtract the noise. Its '
-  'value is never written to the outputs.',
+  'for research, and the DP guarantee then assumes this seed is SECRET '
+  'and UNIQUE: whoever knows it can regenerate and subtract the noise, '
+  'and two runs of different configurations with one seed reveal a '
+  "client's update exactly. A seed already used for another configuration "
+  'in the same output tree is refused (--allow_noise_seed_reuse). Use a '
+  'large random integer (python -c "import secrets; '
+  'print(secrets.randbits(63))"). Its value is never written to the '
+  'outputs.',
 )
 _EVAL_EVERY = flags.DEFINE_integer(
   'eval_every', _D.eval_every, 'Evaluate every N rounds (and the last).'
@@ -204,11 +209,32 @@ _TASK_OPTIONS = flags.DEFINE_multi_string(
   'clients_per_unit=100 or server_batch_size=356 for physionet2012 '
   '(ints, floats and strings).',
 )
+_RELEASE_NON_PRIVATE = flags.DEFINE_boolean(
+  'release_non_private_metrics',
+  _D.release_non_private_metrics,
+  'Also write what the privacy ledger does NOT cover, into the run '
+  "folder's non_private/ (metrics.csv, summary.json, tensorboard/, "
+  'diagnostics.jsonl): cohort sizes, train loss, client metrics, pre-clip '
+  'update norms and fraction clipped, non-finite counts, byte totals and '
+  'timings, and test metrics of tasks whose test examples belong to '
+  'clients (EMNIST). Default: off, so the run folder holds only the model, '
+  'test metrics on data no client holds, epsilon and bytes per client.',
+)
 _DIAGNOSTICS = flags.DEFINE_boolean(
   'update_diagnostics',
   _D.update_diagnostics,
-  'Log the pre-clip distribution of client update norms (mean, std, '
-  'quantiles, fraction clipped; not DP: a simulation diagnostic).',
+  'With --release_non_private_metrics: also the pre-clip distribution of '
+  'client update norms (mean, std, quantiles, fraction clipped, '
+  'diagnostics.jsonl histograms; not DP). Computed only then.',
+)
+_ALLOW_SEED_REUSE = flags.DEFINE_boolean(
+  'allow_noise_seed_reuse',
+  _D.allow_noise_seed_reuse,
+  'Research only: run even if this --noise_seed was used for a different '
+  'configuration in the same output tree (the parent of '
+  '--root_output_dir). Two runs with one noise seed let anyone who sees '
+  'both subtract the noise: the summary then says the guarantee does not '
+  'hold.',
 )
 _FUSE = flags.DEFINE_boolean(
   'fuse_client_work',
@@ -362,7 +388,9 @@ def config_from_flags() -> training.ExperimentConfig:
     task_kwargs=parse_task_options(_TASK_OPTIONS.value),
     workers=_WORKERS.value,
     local_workers=_LOCAL_WORKERS.value,
+    release_non_private_metrics=_RELEASE_NON_PRIVATE.value,
     update_diagnostics=_DIAGNOSTICS.value,
+    allow_noise_seed_reuse=_ALLOW_SEED_REUSE.value,
     fuse_client_work=_FUSE.value,
   )
 

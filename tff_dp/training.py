@@ -15,6 +15,14 @@
      options included) and the final results, and the
      final model weights to `final_model_weights.npz`.
 
+What is written is only what the ledger covers (`outputs.RunFiles`):
+settings, epsilon, bytes per client, the model and test metrics on data no
+client holds. Cohort sizes, train loss, update diagnostics, timings, byte
+totals and raw TFF measurements go to `non_private/` only with
+`release_non_private_metrics` (the summary's privacy section says which).
+A `noise_seed` used for another configuration in the same output tree is
+refused before any work (`noise_seeds`).
+
 A rerun of the same command in the same output directory resumes from the
 last checkpoint, ledger and RNG included, so epsilon never resets and the
 result equals an uninterrupted run.
@@ -31,7 +39,6 @@ that seed is kept secret (the summary says so).
 
 import dataclasses
 import json
-import math
 import time
 from typing import Any, Callable, Optional
 
@@ -49,6 +56,7 @@ from tff_dp.aggregators import dp_events
 from tff_dp.client_works import diagnostics
 from tff_dp import distributed
 from tff_dp import methods as methods_lib
+from tff_dp import noise_seeds
 from tff_dp import privacy
 from tff_dp import processes
 from tff_dp import tasks as tasks_lib
@@ -132,16 +140,30 @@ def run_experiment(
     config: The run's configuration.
     round_callback: Called with the round number after each round's results
       and checkpoint are written (tests use it to interrupt a run).
-    rows_out: If given, the per-round result rows are appended to it.
+    rows_out: If given, the per-round result rows are appended to it, every
+      column (non-private ones included: an in-process caller's choice).
+
+  Returns:
+    What `summary.json` holds (`outputs.RunFiles.returned_summary`): with
+    `release_non_private_metrics`, the non-private part merged in.
 
   Raises:
-    ValueError: On an invalid config or output directory, before training.
+    ValueError: On an invalid config or output directory, or a noise seed
+      used for another configuration in the same output tree, before
+      training.
   """
   config.validate()
   output_dir = experiment_config.check_output_dir(config.output_dir)
   method = methods_lib.METHODS[config.method]
   if output_dir is not None:
     outputs.check_same_config(output_dir, config)
+  # Before any work: a seed used for another configuration is refused.
+  seed_clash = noise_seeds.check_and_register(
+    output_dir,
+    config.noise_seed,
+    config.to_dict(),
+    allow_reuse=config.allow_noise_seed_reuse,
+  )
 
   prepared = prepare(config)
   task, method, params = prepared.task, prepared.method, prepared.params
@@ -157,6 +179,11 @@ def run_experiment(
   rng = np.random.default_rng(config.noise_seed)
   ledger = privacy.PrivacyLedger(sampling, delta) if method.private else None
   rows: list[dict] = []
+  files = outputs.RunFiles(
+    output_dir,
+    config.release_non_private_metrics,
+    test_private=not outputs.test_held_by_clients(task),
+  )
   start_round = 1
   manager = None
   if output_dir is not None:
@@ -175,33 +202,27 @@ def run_experiment(
       state, runner_json = restored
       runner = outputs.RunnerState.from_json(runner_json)
       rng.bit_generator.state = runner.rng_state
-      rows = runner.rows
+      rows = runner.all_rows()
       if ledger is not None:
         ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
       start_round = runner.round_num + 1
-      outputs.truncate_diagnostics(
-        output_dir / outputs.DIAGNOSTICS_FILE, runner.round_num
-      )
+      if files.diagnostics_path is not None:
+        outputs.truncate_diagnostics(files.diagnostics_path, runner.round_num)
       logging.info(
         'Resumed from checkpoint of round %d in %s', version, output_dir
       )
     outputs.atomic_write(
       output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
     )
-  writer = (
-    tf.summary.create_file_writer(str(output_dir / 'tensorboard'))
-    if output_dir is not None
-    else None
-  )
-
   keras_model = task.model_builder()
   keras_model.compile(loss=task.loss_builder(), metrics=task.metrics_builder())
   eval_batches = test_batches(task)
+  # Non-private (the realised cohorts): checkpointed only when released.
   totals = {'down': 0, 'up': 0}
   if rows:
     totals = {
-      'down': rows[-1]['bytes_down_total'],
-      'up': rows[-1]['bytes_up_total'],
+      'down': rows[-1].get('bytes_down_total', 0),
+      'up': rows[-1].get('bytes_up_total', 0),
     }
   start = time.perf_counter()
   # The next round's cohort is drawn, and its datasets built on a background
@@ -296,9 +317,6 @@ def run_experiment(
     if 'aggregator/non_finite_clients' in metrics:
       row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
     hists = diagnostics.histograms(vectors)
-    if hists and output_dir is not None:
-      with open(output_dir / outputs.DIAGNOSTICS_FILE, 'a') as f:
-        f.write(json.dumps({'round': round_num, **hists}) + '\n')
     row.update({f'tff/{k}': v for k, v in metrics.items()})
     # Where the round's time went: waiting for the prefetched datasets, the
     # TFF round (process.next), evaluation (eval_seconds, when it ran).
@@ -306,25 +324,21 @@ def run_experiment(
     row['train_seconds'] = train_seconds
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)
-    logging.info('%s', outputs.progress_line(row, config.rounds))
+    logging.info('%s', outputs.progress_line(files.shown(row), config.rounds))
+    files.write_round(rows, hists)
     if output_dir is not None:
-      outputs.write_csv(output_dir / 'metrics.csv', rows)
-      with writer.as_default(step=round_num):
-        for k, v in row.items():
-          if k != 'round' and isinstance(v, float) and math.isfinite(v):
-            tf.summary.scalar(k, v)
-      writer.flush()
       if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-        runner = outputs.RunnerState(
+        runner = files.runner_state(
           round_num,
           rng_state_after_round,
           ledger.to_json() if ledger else None,
           rows,
         )
+        seconds = outputs.save_checkpoint(manager, state, runner)
         logging.info(
-          'Checkpoint of round %d written in %.1f s',
+          'Checkpoint of round %d written%s',
           round_num,
-          outputs.save_checkpoint(manager, state, runner),
+          f' in {seconds:.1f} s' if files.release else '',
         )
     # Freed native buffers back to the OS (processes.release_free_memory;
     # README "Memory over long runs" says what it did and did not fix).
@@ -357,7 +371,9 @@ def run_experiment(
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
     else [],
-    'privacy': outputs.privacy_section(config, task, method, sampling, ledger),
+    'privacy': outputs.privacy_section(
+      config, task, method, sampling, ledger, noise_seed_clash=seed_clash
+    ),
     'epsilon_rdp': final.get('epsilon_rdp'),
     'epsilon_pld': final.get('epsilon_pld'),
     'bytes_per_client_per_round': dataclasses.asdict(cost),
@@ -374,12 +390,10 @@ def run_experiment(
     outputs.save_model_weights(
       output_dir / 'final_model_weights.npz', process.get_model_weights(state)
     )
-    outputs.atomic_write(
-      output_dir / 'summary.json', json.dumps(summary, indent=2)
-    )
+    files.write_summary(summary)
   if config.local_workers:
     distributed.stop_local_workers()
-  return summary
+  return files.returned_summary(summary)
 
 
 def client_lr_at(config: ExperimentConfig, round_num: int) -> float:
@@ -409,6 +423,7 @@ def clip_from_fedavg(
     rounds=rounds,
     eval_every=rounds,
     output_dir=None,
+    release_non_private_metrics=True,
     update_diagnostics=True,
     noise_multiplier=None,
     target_epsilon=None,

@@ -29,8 +29,19 @@ KEPT_RUN_FILES = (
   'config.json',
   'summary.json',
   'metrics.csv',
-  'diagnostics.jsonl',
+  'diagnostics.jsonl',  # Rows run before non_private/ existed.
+  'non_private/summary.json',
+  'non_private/metrics.csv',
+  'non_private/diagnostics.jsonl',
 )
+# Every row is a research run: it publishes its --noise_seed (shared by
+# the study's rows), and its tables read the non-private outputs
+# (update norms, timings). Both flags change what is written and allowed,
+# not what a round computes.
+RESEARCH_FLAGS = {
+  'release_non_private_metrics': True,
+  'allow_noise_seed_reuse': True,
+}
 
 
 def _flag_args(values: dict[str, Any]) -> list[str]:
@@ -278,6 +289,7 @@ def keep_run_files(
   kept.mkdir(parents=True, exist_ok=True)
   for name in KEPT_RUN_FILES:
     if (run_dir / name).exists():
+      (kept / name).parent.mkdir(parents=True, exist_ok=True)
       shutil.copyfile(run_dir / name, kept / name)
     elif (kept / name).exists():
       (kept / name).unlink()
@@ -306,7 +318,8 @@ def run_row(
 ) -> None:
   """Runs one row (unless it finished before) and writes its table row."""
   run_dir = RUNS / study_name / row.name
-  values = dict(study.common)
+  values = dict(RESEARCH_FLAGS)
+  values.update(study.common)
   values.update(row.flags)
   if row.clip_from is not None:
     values['clip'] = clip_from_run(source_run(study_name, row.clip_from))

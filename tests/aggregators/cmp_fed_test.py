@@ -189,6 +189,7 @@ def test_biases_ride_in_the_chosen_phase_under_its_clip(vectors_phase):
     clip_v=1e3,
     vectors_phase=vectors_phase,
     secure_sum=False,
+    client_norms=True,
   ).create(TYPE)
   out = process.next(process.initialize(), [value])
   norms = out.measurements['client_norms']
@@ -220,6 +221,7 @@ def test_clipped_fractions_and_payload_norms_over_a_cohort():
     clip_u=1.0,
     clip_v=1e6,
     secure_sum=False,
+    client_norms=True,
   ).create(TYPE)
   state = process.initialize()
   v0 = state['v'][0]
@@ -333,6 +335,7 @@ def test_runner_methods(tmp_path, method):
       cmp_rank=2,
       batch_size=32,
       output_dir=str(tmp_path / method),
+      release_non_private_metrics=True,
     )
   )
   # heart_disease MLP: kernels (38, 32), (32, 1); biases 32 and 1.
@@ -341,8 +344,10 @@ def test_runner_methods(tmp_path, method):
     'down': 4 * 1281 + cmp_fed.extra_download_bytes(shapes, 2),
     'up': cmp_fed.upload_bytes(shapes, 2),
   }
-  # The CSV columns `benchmarks.studies` reads to set C1 and C2.
-  with open(tmp_path / method / 'metrics.csv', newline='') as f:
+  # The CSV columns `benchmarks.studies` reads to set C1 and C2, released
+  # with the other non-private outputs.
+  run_dir = tmp_path / method
+  with open(run_dir / 'non_private' / 'metrics.csv', newline='') as f:
     last = list(csv.DictReader(f))[-1]
   prefix = 'tff/aggregator/client_norms/'
   assert float(last[prefix + 'u_payload']) > 0
@@ -494,3 +499,14 @@ def test_noise_energy_and_signal_share_bad_args():
     cmp_fed.signal_share(0.0, 1.0)
   with pytest.raises(ValueError, match='noise_energy'):
     cmp_fed.signal_share(1.0, -1.0)
+
+
+def test_client_norms_are_measured_only_when_asked():
+  small = [np.full((6, 4), 0.01, np.float32), np.zeros(4, np.float32)]
+  kwargs = dict(
+    noise_multiplier=0.0, clients_per_round=1, clip_u=1.0, clip_v=1.0
+  )
+  process = cmp_fed.cmp_fed(4, secure_sum=False, **kwargs).create(TYPE)
+  out = process.next(process.initialize(), [small])
+  assert 'client_norms' not in out.measurements
+  assert set(out.measurements) == {'u', 'v', 'mean_norms'}

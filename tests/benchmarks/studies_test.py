@@ -243,15 +243,28 @@ def test_a_finished_rows_small_files_are_kept_for_replotting(
     writer = csv.writer(f)
     writer.writerow(['round', 'test_accuracy'])
     writer.writerows([[5, ''], [10, 0.625]])
+  (run_dir / 'non_private').mkdir()
+  (run_dir / 'non_private' / 'summary.json').write_text('{"bytes_up_total": 1}')
+  (run_dir / 'non_private' / 'diagnostics.jsonl').write_text('{"round": 5}\n')
+  with open(run_dir / 'non_private' / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', 'train_loss'])
+    writer.writerows([[5, 0.5], [10, 0.25]])
   kept = studies.keep_run_files('some_study', 'some_row', run_dir)
   assert kept == tmp_path / 'results' / 'runs' / 'some_study' / 'some_row'
-  assert sorted(p.name for p in kept.iterdir()) == sorted(
-    studies.runner.KEPT_RUN_FILES
-  )
+  assert sorted(
+    str(p.relative_to(kept)) for p in kept.rglob('*') if p.is_file()
+  ) == sorted(studies.runner.KEPT_RUN_FILES)
   for name in studies.runner.KEPT_RUN_FILES:
     assert (kept / name).read_bytes() == (run_dir / name).read_bytes()
   # The copy reads like the run folder for the plots.
   assert plot.read_rows(kept) == plot.read_rows(run_dir)
+  # With the non-private columns merged in by round.
+  assert plot.read_rows(kept)[1] == {
+    'round': 10.0,
+    'test_accuracy': 0.625,
+    'train_loss': 0.25,
+  }
   # A rerun replaces the copy; a file the run no longer has goes.
   (run_dir / 'diagnostics.jsonl').unlink()
   (run_dir / 'config.json').write_text('{"rounds": 20}')

@@ -31,6 +31,9 @@ def test_digits_only_real(shared_data_dir):
   labels = np.concatenate([cd.client_arrays(c)[1] for c in cd.client_ids])
   assert labels.max() <= 9 and task.num_classes == 10
   assert task.test_y.max() <= 9
+  # One client per writer: the test examples are the writers' own, so test
+  # metrics are not post-processing of the released model.
+  assert task.test_held_by_clients
 
 
 def _example(pixels, label):
@@ -98,6 +101,8 @@ def test_seed003_dominant_classes_split_real(shared_data_dir):
     counts = np.bincount(cd.client_arrays(c)[1], minlength=10)
     assert sorted(counts.tolist()) == [5] * 8 + [230] * 2
   assert '40 clients with 2 dominant classes of 230' in task.description
+  # Clients are dealt training examples only: no client holds a test one.
+  assert not task.test_held_by_clients
   # Seed 003's 1,920 clients of 500 do not fit in these digits.
   with pytest.raises(ValueError, match='num_clients=1920 does not fit'):
     emnist.load_emnist(

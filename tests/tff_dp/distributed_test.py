@@ -24,6 +24,8 @@ def _config(tmp_path, name, **kw):
     output_dir=str(tmp_path / name),
     # Runs compared bit for bit: reproducible noise and sampling.
     noise_seed=0,
+    # Compares the byte totals, a non-private output.
+    release_non_private_metrics=True,
   )
   base.update(kw)
   return training.ExperimentConfig.create(**base)

@@ -24,10 +24,12 @@ def test_plots_from_a_tiny_run(tmp_path):
         delta=1e-3,
         batch_size=32,
         output_dir=str(out),
+        release_non_private_metrics=True,
       )
     )
     runs.append(out)
-  assert (runs[0] / 'diagnostics.jsonl').read_text().count('\n') == 3
+  diag = runs[0] / 'non_private' / 'diagnostics.jsonl'
+  assert diag.read_text().count('\n') == 3
   files = plot.plot_runs(runs, tmp_path / 'plots')
   names = sorted(p.name for p in files)
   assert names == sorted(
@@ -177,6 +179,8 @@ def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
       batch_size=32,
       # The probe draws its cohorts and shuffles from the public --seed.
       noise_seed=config.seed,
+      # Update norms: non-private diagnostics, as the probe computes them.
+      release_non_private_metrics=True,
     ),
     rows_out=rows,
   )

@@ -36,14 +36,28 @@ def _config(tmp_path, name, **kwargs):
     output_dir=str(tmp_path / name),
     # Runs compared bit for bit: reproducible noise and sampling.
     noise_seed=0,
+    # Research runs: their tests read the non-private outputs too.
+    release_non_private_metrics=True,
+    allow_noise_seed_reuse=True,
   )
   base.update(kwargs)
   return training.ExperimentConfig.create(**base)
 
 
-def _rows(path):
+def _read_csv(path):
   with open(path) as f:
     return list(csv.DictReader(f))
+
+
+def _rows(path):
+  """A metrics.csv's rows, with its run's non_private/metrics.csv merged in
+  by round where the run released one."""
+  rows = _read_csv(path)
+  extra = path.parent / outputs.NON_PRIVATE_DIR / path.name
+  if extra.exists():
+    by_round = {r['round']: r for r in _read_csv(extra)}
+    rows = [{**by_round[r['round']], **r} for r in rows]
+  return rows
 
 
 def _final_weights(output_dir):
@@ -745,3 +759,176 @@ def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
   restored = training.asyncio.run(manager.load(2, (state, np.str_(''))))
   np.testing.assert_array_equal(restored[0][1], state[1])
   assert outputs.RunnerState.from_json(restored[1]).round_num == 2
+
+
+# Columns and summary keys that no epsilon covers (per-client statistics,
+# cohort sizes, timings): none may appear in a default run's folder.
+_NON_PRIVATE_NAMES = (
+  'sampled_clients',
+  'empty_clients_skipped',
+  'train_loss',
+  'update_norm',
+  'fraction_clipped',
+  'non_finite_clients',
+  'round_seconds',
+  'train_seconds',
+  'data_wait_seconds',
+  'eval_seconds',
+  'bytes_up_total',
+  'bytes_down_total',
+  'wall_seconds',
+  'num_examples',
+  'tff/',
+)
+
+
+def _tensorboard_tags(run_dir):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  tags = set()
+  for path in (run_dir / 'tensorboard').glob('events.*'):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      tags |= {v.tag for v in event.summary.value}
+  return tags
+
+
+def _files(run_dir):
+  return sorted(p for p in run_dir.rglob('*') if p.is_file())
+
+
+def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
+  config = _config(
+    tmp_path,
+    'default',
+    rounds=2,
+    eval_every=1,
+    # The defaults: a secret seed, nothing non-private released.
+    noise_seed=None,
+    release_non_private_metrics=False,
+    allow_noise_seed_reuse=False,
+  )
+  summary = training.run_experiment(config)
+  run_dir = tmp_path / 'default'
+  assert sorted(p.name for p in run_dir.iterdir()) == [
+    'checkpoints',
+    'config.json',
+    'final_model_weights.npz',
+    'metrics.csv',
+    'summary.json',
+    'tensorboard',
+  ]
+  allowed = set(outputs.PRIVATE_COLUMNS)
+  columns = list(_rows(run_dir / 'metrics.csv')[0])
+  assert 'test_auroc' in columns and 'epsilon_pld' in columns
+  assert {c for c in columns if not c.startswith('test_')} <= allowed
+  tags = _tensorboard_tags(run_dir)
+  assert 'test_auroc' in tags and 'epsilon_rdp' in tags
+  assert {t for t in tags if not t.startswith('test_')} <= allowed
+  # No file but the summary (whose privacy section names them) holds any
+  # non-private name: not the checkpoints' runner state, nor TensorBoard.
+  for path in _files(run_dir):
+    if path.name == 'summary.json':
+      continue
+    data = path.read_bytes()
+    for name in _NON_PRIVATE_NAMES:
+      assert name.encode() not in data, (path, name)
+  saved = json.loads((run_dir / 'summary.json').read_text())
+  assert saved == json.loads(json.dumps(summary))
+  for key in outputs.NON_PRIVATE_SUMMARY_KEYS:
+    assert key not in saved
+  assert 'test_auroc' in saved['final']
+  assert all(k.startswith('test_') for k in saved['final'])
+  section = saved['privacy']
+  assert section['non_private_metrics_released'] is False
+  assert section['non_private_dir'] is None
+  assert section['research_run'] is False and section['guarantee_holds']
+
+
+def test_released_non_private_metrics_go_to_their_own_folder(tmp_path):
+  config = _config(
+    tmp_path,
+    'released',
+    rounds=2,
+    eval_every=1,
+    release_non_private_metrics=True,
+    allow_noise_seed_reuse=False,
+  )
+  summary = training.run_experiment(config)
+  run_dir = tmp_path / 'released'
+  extra = run_dir / outputs.NON_PRIVATE_DIR
+  assert sorted(p.name for p in extra.iterdir()) == [
+    'diagnostics.jsonl',
+    'metrics.csv',
+    'summary.json',
+    'tensorboard',
+  ]
+  private = _read_csv(run_dir / 'metrics.csv')
+  non_private = _read_csv(extra / 'metrics.csv')
+  assert [r['round'] for r in non_private] == ['1', '2']
+  for key in ('sampled_clients', 'train_loss', 'round_seconds'):
+    assert key in non_private[0] and key not in private[0]
+  assert 'test_auroc' in private[0] and 'test_auroc' not in non_private[0]
+  extra_summary = json.loads((extra / 'summary.json').read_text())
+  assert set(extra_summary) == set(outputs.NON_PRIVATE_SUMMARY_KEYS)
+  assert extra_summary['bytes_up_total'] == summary['bytes_up_total'] > 0
+  assert 'train_loss' in _tensorboard_tags(extra)
+  assert 'train_loss' not in _tensorboard_tags(run_dir)
+  # The checkpoint keeps the released columns, so the byte check of the
+  # default run above has the power to see them.
+  assert any(
+    b'sampled_clients' in p.read_bytes()
+    for p in _files(run_dir / 'checkpoints')
+  )
+  assert summary['privacy']['non_private_metrics_released'] is True
+  assert summary['privacy']['non_private_dir'] == outputs.NON_PRIVATE_DIR
+
+
+def test_test_metrics_of_client_held_test_data_are_non_private(tmp_path):
+  files = outputs.RunFiles(tmp_path, False, test_private=False)
+  row = {'round': 3, 'epsilon_rdp': 1.0, 'test_accuracy': 0.5}
+  assert files.split(row) == (
+    {'round': 3, 'epsilon_rdp': 1.0},
+    {'round': 3, 'test_accuracy': 0.5},
+  )
+  assert files.shown(row) == {'round': 3, 'epsilon_rdp': 1.0}
+  summary = {'final': {'test_accuracy': 0.5}, 'bytes_up_total': 7, 'a': 1}
+  assert files.returned_summary(summary) == {'final': {}, 'a': 1}
+  released = outputs.RunFiles(tmp_path, True, test_private=False)
+  assert released.split_summary(summary) == (
+    {'final': {}, 'a': 1},
+    {'bytes_up_total': 7, 'final': {'test_accuracy': 0.5}},
+  )
+
+
+def test_a_noise_seed_reused_for_another_configuration_stops_the_run(
+  tmp_path,
+):
+  strict = dict(allow_noise_seed_reuse=False, rounds=1)
+  training.run_experiment(_config(tmp_path, 'a', **strict))
+  with pytest.raises(ValueError, match='--noise_seed was already used'):
+    training.run_experiment(_config(tmp_path, 'b', clip=0.5, **strict))
+  # Refused before any work.
+  assert not (tmp_path / 'b' / 'metrics.csv').exists()
+  # A research run may pass, and its summary says the guarantee fails.
+  summary = training.run_experiment(
+    _config(tmp_path, 'c', clip=0.5, rounds=1, allow_noise_seed_reuse=True)
+  )
+  section = summary['privacy']
+  assert section['noise_seed_reused_in'] == str(tmp_path / 'a')
+  assert section['guarantee_holds'] is False
+  assert section['research_run'] is True
+
+
+def test_client_held_test_metrics_count_as_tuning_once_released():
+  class _Task:
+    test_held_by_clients = True
+
+  method = methods.METHODS['dp_fedavg']
+  config = training.ExperimentConfig.create(
+    task='emnist', method='dp_fedavg', noise_multiplier=1.0
+  )
+  assert outputs._client_test_tuning(config, _Task()) == []  # pylint: disable=protected-access
+  released = config.replace(release_non_private_metrics=True)
+  (step,) = outputs._client_test_tuning(released, _Task())  # pylint: disable=protected-access
+  assert 'held-out examples' in step
+  assert outputs.tuning_outside_ledger(released, method) == []

@@ -7,9 +7,10 @@ a one-hot over log-spaced norm buckets; `summarize` turns the round's sums
 into the mean, standard deviation, fraction clipped and histogram quantiles.
 
 These sums are NOT differentially private (they are exact cohort sums of a
-function of each client's data): they are simulation diagnostics, on by
-default in `python -m tff_dp.run` (`--noupdate_diagnostics` turns them off)
-and off by default in the library's client works.
+function of each client's data): they are simulation diagnostics,
+computed by `python -m tff_dp.run` only with --release_non_private_metrics
+(written to the run's `non_private/`; `--noupdate_diagnostics` then turns
+them off) and off by default in the library's client works.
 """
 
 import collections

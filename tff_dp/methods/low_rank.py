@@ -80,6 +80,8 @@ def _method(name: str) -> registry.Method:
       layout=o.cmp_layout,
       vectors_phase=o.cmp_vectors_phase,
       dense_below=o.cmp_dense_below,
+      # Exact cohort norms: only when the run releases non-private metrics.
+      client_norms=p.release_non_private_metrics,
     )
     if not private:
       return cmp_fed.CMPFedFactory(o.cmp_rank, seed=p.seed, **layout)

@@ -19,7 +19,12 @@ from tff_dp.methods import options as options_lib
 # (`MethodParams.from_config`) fill missing keys from it, not from today's
 # defaults, so that an old run is never resumed or rebuilt with a
 # behaviour it did not have.
-COMMON_LEGACY_DEFAULTS: dict[str, Any] = {'public_batch': 'first_per_class'}
+# Runs recorded before `release_non_private_metrics` existed wrote every
+# non-private output.
+COMMON_LEGACY_DEFAULTS: dict[str, Any] = {
+  'public_batch': 'first_per_class',
+  'release_non_private_metrics': True,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,9 @@ class MethodParams:
   local_steps: Optional[int] = None
   client_lr: float = 0.05
   client_momentum: float = 0.0
+  # Non-private measurements (update-norm diagnostics, CMP-Fed's client
+  # norms) are built only when the run releases them.
+  release_non_private_metrics: bool = False
   update_diagnostics: bool = False
   options: options_lib.Options = options_lib.Options()
 
@@ -83,6 +91,11 @@ class MethodParams:
         common[f.name] = config[f.name]
       elif f.name in COMMON_LEGACY_DEFAULTS:
         common[f.name] = COMMON_LEGACY_DEFAULTS[f.name]
+    # Diagnostics are computed only when released.
+    common['update_diagnostics'] = bool(
+      common.get('update_diagnostics', False)
+      and common.get('release_non_private_metrics', False)
+    )
     return cls(
       num_model_params=num_model_params,
       expected_clients_per_round=expected_clients_per_round,

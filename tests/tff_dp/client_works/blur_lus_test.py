@@ -222,11 +222,13 @@ def _runner_update_norm(tmp_path, method):
       # same round.
       noise_seed=0,
       output_dir=str(tmp_path / method),
+      # The update norms it reads are non-private diagnostics.
+      release_non_private_metrics=True,
     )
   )
   assert summary['epsilon_rdp'] > 0
   assert summary['bytes_per_client_per_round']['up'] == 4 * 1281
-  with open(tmp_path / method / 'metrics.csv') as f:
+  with open(tmp_path / method / 'non_private' / 'metrics.csv') as f:
     row = next(csv.DictReader(f))
   return float(row['update_norm_mean'])
 
