@@ -1,17 +1,17 @@
-"""One-shot empirical privacy estimate with canary clients, and a check
-that the noise is fresh every round.
+"""One-shot empirical privacy estimate with canary clients, a check that the
+noise is fresh every round, and the planted bugs the audit must catch.
 
 After Andrew et al., "One-shot Empirical Privacy Estimation for Federated
 Learning" (ICLR 2024): k canary clients each send a fixed random direction
-u_i (unit vectors in the model space, scaled to `canary_norm`, so clipped
-to the clip) in every round they take part; after training, the final
-model delta is projected on each canary's direction and on k fresh null
-directions that never took part. If the mechanism is mu-GDP for one
-client, the observed projections are shifted by about mu null standard
-deviations; the estimate fits both as Gaussians of one variance, takes
-mu_hat = (mean observed - mean null) / std null and converts it to
-epsilon at delta with the Gaussian-DP curve (Dong, Roth, Su 2019):
-delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
+u_i (a unit vector in the model space) scaled to `canary_norm`, in every
+round they take part; after training, the sum of the releases is projected
+on each canary's direction and on k fresh null directions that never took
+part. If the mechanism is mu-GDP for one client, the observed projections
+are shifted by about mu null standard deviations; the estimate fits both
+as Gaussians of one variance, takes mu_hat = (mean observed - mean null) /
+std null and converts it to epsilon at delta with the Gaussian-DP curve
+(Dong, Roth, Su 2019): delta(eps) = Phi(-eps/mu + mu/2) - e^eps
+Phi(-eps/mu - mu/2).
 
 One estimate is noisy (standard error about sqrt(2/k + mu^2/(2k)): +-0.1
 in mu for k = 300), so it comes with a confidence interval: under that
@@ -20,19 +20,48 @@ t distribution with k_null - 1 degrees of freedom and noncentrality
 mu / sqrt(1/k_obs + 1/k_null), and inverting it in the noncentrality gives
 exact one-sided bounds `mu_lower` and `mu_upper`, each at level
 `confidence` (together a two-sided interval at level 2 * confidence - 1).
-They are deterministic given the projections. The test of a mechanism is
-`ledger epsilon >= epsilon_lower` (`AuditResult.consistent_with`): a
-correct mechanism passes with probability >= `confidence` whatever the
-seeds, while one that adds less noise, or does not clip, than the ledger
-assumes shows up as `epsilon_lower` above the ledger's epsilon
-(`tests/tff_dp/audit_test.py` plants both). The point estimate alone is
-not a test: for a correct mechanism it exceeds a tight ledger for about
-half of all seeds.
+The test of a mechanism is `ledger epsilon >= epsilon_lower`
+(`AuditResult.flagged` is its negation): a correct mechanism passes with
+probability >= `confidence` whatever the seeds, while one that adds less
+noise, or clips less, than its ledger assumes shows up as `epsilon_lower`
+above the ledger's epsilon. The point estimate alone is not a test: for a
+correct mechanism it exceeds a tight ledger for about half of all seeds.
 
-Here it runs directly on an aggregation process (the part of a round that
-must be private), with the canaries as the only clients of every round:
-the setting of Andrew et al.'s "final model" statistic with full
-participation.
+What the audit compares against, and how:
+* Canaries beyond the clip. `audit_method` sends canaries of norm
+  `CANARY_CLIP_RATIO` (3) times the clip: a mechanism that clips sends
+  them at the clip (the shift the ledger allows), one that does not clip
+  shifts them three times as far.
+* The ledger's own event path. Every round's event is read the way the
+  runner reads it (`tff_dp.training.released_event`: from the aggregator
+  state, from its measurements for DDGauss, or as the method declares
+  it) and recorded in a `tff_dp.privacy.PrivacyLedger` of the sampling
+  that ran; the ledger epsilon is that ledger's `epsilon()`, the smaller
+  of its RDP and PLD values (both are upper bounds). A bug that also
+  misstates the event (half the noise, and an event that says full
+  noise) is caught; one whose event honestly says what ran is not a bug.
+* Sampling. With `sampling_rate` q < 1 each canary takes part in each
+  round independently with probability q (null directions never), and
+  the ledger records Poisson-sampled events. A canary's shift is then
+  q T C on average and varies with how often it took part, so the
+  interval takes the canaries' own variance when it exceeds the null's
+  (never narrower than the equal-variance one). The one-shot estimate of
+  a sampled Gaussian mechanism is about mu = q sqrt(T) / z, below the
+  accountants' sampled bound (whose CLT limit is q sqrt(T (e^{1/z^2} -
+  1)), Dong et al.), so a correct mechanism passes there too.
+* Where the audit looks (`Probe`). By default the final model delta (the
+  sum of the results). A mechanism that releases less than the update
+  needs canaries aligned with what it keeps, or a projection in the space
+  where it adds its noise, to have power: random-k and Top-K canaries
+  restricted to the round's public coordinates (`canary_values`); DPSFL's
+  noised sketch, read from the server state, with the canaries' sketches
+  as directions (`release`, `embed`). A probe that reads server state is
+  white-box: it audits the release the ledger accounts for, of which the
+  rest is post-processing. CMP-Fed's final delta U V^T projected on a
+  canary is already its phase-2 payload's projection, which canaries
+  beyond the clip fill; its phase-1 release is not audited on its own, so
+  it audits at about 1/sqrt(2) of its ledger's mu (still enough to catch
+  half the noise).
 
 The final-model statistic cannot see noise that repeats across rounds
 (identical noise every round adds up like one draw scaled by the number of
@@ -41,17 +70,43 @@ difference of such releases is the difference of the rounds' data, free of
 noise. `noise_reuse_check` catches it: each round gets its own canaries,
 which take part in that round only; the releases are projected off the
 span of all canaries, and what is left (the noise, for a linear
-mechanism) is tested for correlation between every pair of rounds.
+mechanism) is tested for correlation between every pair of rounds. A
+mechanism that feeds its released aggregate into later rounds (DPSFL's
+error feedback) correlates there legitimately: check it on the fresh
+release (DPSFL's probe reads the round's noised sketch).
+
+Planted bugs (`PLANTED_BUGS`, `planted_dp_fedavg`, `planted_method`,
+`with_half_noise`) are DP-FedAvg queries that report the event of the
+correct mechanism while they skip the clip, add half the noise or never
+advance their noise seed, and any private method built with half its
+noise multiplier while declaring the full one: the audit's calibration
+(`tests/tff_dp/audit_test.py`, `benchmarks/privacy_audit.py`).
 """
 
+import collections
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
+import dp_accounting
 import numpy as np
 from scipy import optimize
 from scipy import stats
+import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from tff_dp import methods as methods_lib
+from tff_dp import privacy
+from tff_dp import training
+from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import finite_guard
+
+# Canaries' norm over the clip in `audit_method`: far enough beyond the
+# clip that a missing clip shifts them three times the allowed distance.
+CANARY_CLIP_RATIO = 3.0
+PLANTED_BUGS = ('no_clip', 'half_noise', 'reused_noise')
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -100,8 +155,9 @@ class ShiftEstimate:
 
   `mu_lower` and `mu_upper` are one-sided bounds at level `confidence`
   each: P(mu_lower <= mu) >= confidence and P(mu <= mu_upper) >=
-  confidence under the model (two Gaussian samples of one variance whose
-  means differ by mu standard deviations).
+  confidence under the model (two Gaussian samples whose means differ by
+  mu null standard deviations). `variance_ratio` is the r^2 the interval
+  used (1 under equal variances; see `gaussian_shift_interval`).
   """
 
   mu: float
@@ -114,6 +170,7 @@ class ShiftEstimate:
   null_std: float
   num_observed: int
   num_null: int
+  variance_ratio: float = 1.0
 
 
 def _check_confidence(confidence) -> None:
@@ -160,21 +217,28 @@ def gaussian_shift_interval(
   null: Sequence[float],
   *,
   confidence: float = 0.95,
+  equal_variance: bool = True,
 ) -> ShiftEstimate:
   """Estimates the shift of `observed` from `null` in null std units.
 
-  The model: observed ~ N(m + mu * s, s^2) and null ~ N(m, s^2),
-  independent samples. With mu_hat = (mean(observed) - mean(null)) /
-  std(null) (ddof=1) and c = sqrt(1/len(observed) + 1/len(null)),
-  mu_hat / c has the noncentral t distribution with len(null) - 1 degrees
-  of freedom and noncentrality mu / c; inverting its cdf in the
-  noncentrality gives exact confidence bounds on mu (width shrinking like
-  1/sqrt(n)).
+  The model: observed ~ N(m + mu * s, (r s)^2) and null ~ N(m, s^2),
+  independent samples, with r = 1 if `equal_variance`. With mu_hat =
+  (mean(observed) - mean(null)) / std(null) (ddof=1) and c = sqrt(r^2 /
+  len(observed) + 1/len(null)), mu_hat / c has the noncentral t
+  distribution with len(null) - 1 degrees of freedom and noncentrality
+  mu / c (exact for r = 1); inverting its cdf in the noncentrality gives
+  confidence bounds on mu (width shrinking like 1/sqrt(n)). Without
+  `equal_variance`, r^2 is the ratio of the samples' variances when it
+  exceeds 1 (sampled canaries: the shift varies with participation), and
+  1 otherwise, so the interval is never narrower than the equal-variance
+  one.
 
   Args:
-    observed: The canaries' projections, >= 1 finite values.
+    observed: The canaries' projections, >= 1 finite values (>= 2 without
+      `equal_variance`).
     null: The null directions' projections, >= 2 finite values.
     confidence: The level of each one-sided bound, in [0.5, 1).
+    equal_variance: Whether observed and null share one variance.
 
   Returns:
     A `ShiftEstimate`; if the null's std is 0, mu and its bounds are +-inf
@@ -186,19 +250,24 @@ def gaussian_shift_interval(
   _check_confidence(confidence)
   observed = np.asarray(observed, np.float64).ravel()
   null = np.asarray(null, np.float64).ravel()
-  if observed.size < 1 or null.size < 2:
+  min_observed = 1 if equal_variance else 2
+  if observed.size < min_observed or null.size < 2:
     raise ValueError(
-      'Need >= 1 observed and >= 2 null values. Found '
+      f'Need >= {min_observed} observed and >= 2 null values. Found '
       f'{observed.size} and {null.size}.'
     )
   if not (np.all(np.isfinite(observed)) and np.all(np.isfinite(null))):
     raise ValueError('observed and null must be finite.')
   diff = float(observed.mean() - null.mean())
   null_std = float(np.std(null, ddof=1))
+  observed_std = float(np.std(observed, ddof=1)) if observed.size > 1 else 0.0
   k_obs, k_null = observed.size, null.size
+  ratio = 1.0
+  if not equal_variance and null_std > 0:
+    ratio = max(1.0, (observed_std / null_std) ** 2)
   if null_std > 0:
     mu = diff / null_std
-    c = math.sqrt(1 / k_obs + 1 / k_null)
+    c = math.sqrt(ratio / k_obs + 1 / k_null)
     t, df = mu / c, k_null - 1
     lower = c * _noncentrality_bound(t, df, confidence)
     upper = c * _noncentrality_bound(t, df, 1 - confidence)
@@ -211,11 +280,12 @@ def gaussian_shift_interval(
     mu_upper=upper,
     confidence=float(confidence),
     observed_mean=float(observed.mean()),
-    observed_std=float(np.std(observed, ddof=1)) if k_obs > 1 else 0.0,
+    observed_std=observed_std,
     null_mean=float(null.mean()),
     null_std=null_std,
     num_observed=k_obs,
     num_null=k_null,
+    variance_ratio=ratio,
   )
 
 
@@ -225,6 +295,11 @@ class AuditResult:
 
   `mu_lower`/`epsilon_lower` and `mu_upper`/`epsilon_upper` are one-sided
   bounds at level `confidence` each (see `gaussian_shift_interval`).
+  `events` are the rounds' events as the audit read them (unsampled), and
+  `ledger_epsilon_rdp`/`ledger_epsilon_pld` the epsilon at `delta` of a
+  `PrivacyLedger` that recorded them under Poisson sampling at
+  `sampling_rate` (NaN without an event reader; PLD NaN where the ledger
+  has none).
   """
 
   epsilon_estimate: float
@@ -241,6 +316,44 @@ class AuditResult:
   null_std: float
   num_canaries: int
   rounds: int
+  sampling_rate: float = 1.0
+  canary_norm: float = float('nan')
+  participation: float = 1.0
+  events: tuple = ()
+  ledger_epsilon_rdp: float = float('nan')
+  ledger_epsilon_pld: float = float('nan')
+
+  @property
+  def ledger_epsilon(self) -> float:
+    """The ledger's tightest epsilon: the smaller of its RDP and PLD
+    values (PLD may be NaN); NaN without a ledger."""
+    values = [
+      e
+      for e in (self.ledger_epsilon_pld, self.ledger_epsilon_rdp)
+      if not math.isnan(e)
+    ]
+    return min(values) if values else float('nan')
+
+  @property
+  def ledger_accountant(self) -> str:
+    """'PLD' or 'RDP': which accountant gave `ledger_epsilon` ('' if none)."""
+    if math.isnan(self.ledger_epsilon):
+      return ''
+    return 'PLD' if self.ledger_epsilon == self.ledger_epsilon_pld else 'RDP'
+
+  @property
+  def flagged(self) -> bool:
+    """Whether `epsilon_lower` exceeds the recorded ledger's epsilon.
+
+    Raises:
+      ValueError: If the audit ran without an event reader (no ledger).
+    """
+    if math.isnan(self.ledger_epsilon):
+      raise ValueError(
+        'This audit recorded no events: pass event_fn (or use '
+        'audit_method), or compare with consistent_with(epsilon).'
+      )
+    return not self.consistent_with(self.ledger_epsilon)
 
   def consistent_with(self, ledger_epsilon: float) -> bool:
     """Whether `ledger_epsilon` (at this delta) >= `epsilon_lower`.
@@ -258,10 +371,62 @@ class AuditResult:
     return bool(self.epsilon_lower <= ledger_epsilon)
 
 
+# `(state before the round, canaries' nominal updates [n, dim]) -> the
+# updates they send [n, dim]`.
+CanaryFn = Callable[[Any, np.ndarray], np.ndarray]
+# `(state before, state after, result) -> the round's release, flat`.
+ReleaseFn = Callable[[Any, Any, Any], np.ndarray]
+# `directions [n, dim] -> their images in the release's space [n, m]`.
+EmbedFn = Callable[[np.ndarray], np.ndarray]
+# `(state after the round, its measurements) -> the round's DpEvent`.
+EventFn = Callable[[Any, Any], dp_accounting.DpEvent]
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+  """What the canaries send and where the audit looks.
+
+  The default (all None) sends the canaries' updates as they are and
+  projects the flat result of each round (the final model delta).
+
+  Attributes:
+    canary_values: The updates the canaries send, from the state before
+      the round (e.g. restricted to the round's public coordinates).
+    release: The release the ledger's event accounts for (e.g. a noised
+      sketch the server keeps in its state).
+    embed: The linear map taking update directions into the release's
+      space (e.g. the count sketch); the images are normalised, and the
+      canaries' and the null directions' projections are taken on them.
+  """
+
+  canary_values: Optional[CanaryFn] = None
+  release: Optional[ReleaseFn] = None
+  embed: Optional[EmbedFn] = None
+
+
+Aggregator = Union[
+  tff.aggregators.UnweightedAggregationFactory, tff.templates.AggregationProcess
+]
+
+
 def _check_ints(*named) -> None:
   for name, value, low in named:
-    if not isinstance(value, (int, np.integer)) or value < low:
+    if (
+      isinstance(value, bool)
+      or not isinstance(value, (int, np.integer))
+      or value < low
+    ):
       raise ValueError(f'{name} must be an integer >= {low}. Found {value!r}.')
+
+
+def _check_positive(name: str, value) -> None:
+  if not (
+    isinstance(value, (int, float, np.floating))
+    and not isinstance(value, bool)
+    and math.isfinite(value)
+    and value > 0
+  ):
+    raise ValueError(f'{name} must be a finite number > 0. Found {value!r}.')
 
 
 def _shape(shape, dim: int) -> list[int]:
@@ -277,21 +442,68 @@ def _unit_directions(rng: np.random.Generator, n: int, dim: int):
   return directions
 
 
-def _releases(factory, shape, cohorts) -> list[np.ndarray]:
-  """Runs one round of `factory`'s process per cohort; the flat releases."""
-  process = factory.create(tff.TensorType(np.float32, shape))
+def _process(aggregator: Aggregator, shape) -> tff.templates.AggregationProcess:
+  """`aggregator`'s process over float32 tensors of `shape`."""
+  if isinstance(aggregator, tff.templates.AggregationProcess):
+    return aggregator
+  if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    raise TypeError(
+      'Expected a tff.aggregators.UnweightedAggregationFactory or an '
+      f'AggregationProcess. Found {type(aggregator)!r}.'
+    )
+  return aggregator.create(tff.TensorType(np.float32, shape))
+
+
+def _run_rounds(
+  aggregator: Aggregator,
+  shape,
+  cohorts: Sequence[np.ndarray],
+  probe: Probe,
+  event_fn: Optional[EventFn],
+):
+  """One round per cohort of nominal updates; (releases, events)."""
+  process = _process(aggregator, shape)
   state = process.initialize()
-  releases = []
-  for cohort in cohorts:
-    values = [v.astype(np.float32).reshape(shape) for v in cohort]
-    out = process.next(state, values)
+  releases, events = [], []
+  for nominal in cohorts:
+    values = nominal
+    if probe.canary_values is not None:
+      values = np.asarray(probe.canary_values(state, nominal), np.float64)
+      if values.shape != nominal.shape:
+        raise ValueError(
+          f'Probe.canary_values must return shape {nominal.shape}. Found '
+          f'{values.shape}.'
+        )
+    out = process.next(
+      state, [v.astype(np.float32).reshape(shape) for v in values]
+    )
+    if probe.release is None:
+      release = np.asarray(out.result, np.float64).ravel()
+    else:
+      release = np.asarray(
+        probe.release(state, out.state, out.result), np.float64
+      ).ravel()
+    releases.append(release)
+    if event_fn is not None:
+      events.append(event_fn(out.state, out.measurements))
     state = out.state
-    releases.append(np.asarray(out.result, np.float64).ravel())
-  return releases
+  return releases, events
+
+
+def _embedded(directions: np.ndarray, probe: Probe) -> np.ndarray:
+  """The unit images of `directions` in the release's space."""
+  if probe.embed is None:
+    return directions
+  images = np.asarray(probe.embed(directions), np.float64)
+  images = images.reshape(directions.shape[0], -1)
+  norms = np.linalg.norm(images, axis=1, keepdims=True)
+  if not np.all(norms > 0):
+    raise ValueError('Probe.embed mapped a direction to 0.')
+  return images / norms
 
 
 def audit_aggregator(
-  factory: tff.aggregators.UnweightedAggregationFactory,
+  aggregator: Aggregator,
   *,
   dim: int,
   num_canaries: int,
@@ -301,23 +513,37 @@ def audit_aggregator(
   seed: int = 0,
   shape: Optional[Sequence[int]] = None,
   confidence: float = 0.95,
+  sampling_rate: float = 1.0,
+  probe: Optional[Probe] = None,
+  event_fn: Optional[EventFn] = None,
 ) -> AuditResult:
-  """Runs `rounds` of `factory` on canaries only; estimates epsilon.
+  """Runs `rounds` of an aggregator on canaries only; estimates epsilon.
 
   Args:
-    factory: An unweighted aggregator over float32 tensors of `shape`.
+    aggregator: An unweighted aggregation factory over float32 tensors of
+      `shape`, or a process already created for them (reused, e.g. for a
+      mechanism that is slow to build).
     dim: The number of scalars (canary directions are nearly orthogonal
       when dim >> num_canaries).
     num_canaries: k >= 2 canaries (and k null directions).
-    rounds: Rounds, >= 1; every canary takes part in each.
-    canary_norm: The canaries' norm (at or above the clip).
-    delta: The delta of the estimate, in (0, 1).
-    seed: Seeds the directions.
+    rounds: Rounds, >= 1.
+    canary_norm: The canaries' norm, > 0 (above the clip: then a missing
+      clip shows).
+    delta: The delta of the estimate and of the ledger, in (0, 1).
+    seed: Seeds the directions and the canaries' participation (public
+      randomness of the audit, not the mechanism's noise).
     shape: The tensor shape (default `[dim]`), e.g. a matrix for CMP-Fed.
     confidence: The level of each one-sided bound, in [0.5, 1).
+    sampling_rate: q in (0, 1]: each canary takes part in each round with
+      probability q, independently (1: every round).
+    probe: Where the audit looks (default: the final model delta).
+    event_fn: Reads each round's DpEvent from the state after it and its
+      measurements; the events are recorded in a Poisson-sampled
+      `PrivacyLedger` of rate `sampling_rate` over the k canaries.
 
   Returns:
-    An `AuditResult`; compare a ledger with `result.consistent_with(eps)`.
+    An `AuditResult`; `result.flagged` with an `event_fn`, else compare a
+    ledger with `result.consistent_with(eps)`.
 
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
@@ -326,17 +552,40 @@ def audit_aggregator(
     ('dim', dim, 1), ('num_canaries', num_canaries, 2), ('rounds', rounds, 1)
   )
   _check_confidence(confidence)
+  _check_positive('canary_norm', canary_norm)
   if not 0 < delta < 1:
     raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  if not (isinstance(sampling_rate, (int, float)) and 0 < sampling_rate <= 1):
+    raise ValueError(
+      f'sampling_rate must be in (0, 1]. Found {sampling_rate!r}.'
+    )
+  probe = probe or Probe()
   shape = _shape(shape, dim)
   rng = np.random.default_rng(seed)
   directions = _unit_directions(rng, 2 * num_canaries, dim)
-  canaries, null = directions[:num_canaries], directions[num_canaries:]
-  cohort = list(canary_norm * canaries)
-  total = sum(_releases(factory, shape, [cohort] * rounds))
+  canaries = directions[:num_canaries]
+  if sampling_rate == 1:
+    takes_part = np.ones((rounds, num_canaries), bool)
+  else:
+    takes_part = rng.random((rounds, num_canaries)) < sampling_rate
+  cohorts = [canary_norm * canaries[mask] for mask in takes_part]
+  releases, events = _run_rounds(aggregator, shape, cohorts, probe, event_fn)
+  projections = _embedded(directions, probe) @ sum(releases)
   shift = gaussian_shift_interval(
-    canaries @ total, null @ total, confidence=confidence
+    projections[:num_canaries],
+    projections[num_canaries:],
+    confidence=confidence,
+    equal_variance=sampling_rate == 1,
   )
+  eps_rdp = eps_pld = float('nan')
+  if event_fn is not None:
+    ledger = privacy.PrivacyLedger(
+      privacy.Sampling('poisson', int(num_canaries), rate=float(sampling_rate)),
+      delta,
+    )
+    for event in events:
+      ledger.record(event)
+    eps_rdp, eps_pld = ledger.epsilon()
   return AuditResult(
     epsilon_estimate=gdp_epsilon(shift.mu, delta),
     epsilon_lower=gdp_epsilon(shift.mu_lower, delta),
@@ -352,6 +601,122 @@ def audit_aggregator(
     null_std=shift.null_std,
     num_canaries=num_canaries,
     rounds=rounds,
+    sampling_rate=float(sampling_rate),
+    canary_norm=float(canary_norm),
+    participation=float(takes_part.mean()),
+    events=tuple(events),
+    ledger_epsilon_rdp=float(eps_rdp),
+    ledger_epsilon_pld=float(eps_pld),
+  )
+
+
+_ServerState = collections.namedtuple('_ServerState', ['aggregator'])
+
+
+def runner_event_fn(
+  method: methods_lib.Method, params: methods_lib.MethodParams
+) -> EventFn:
+  """Reads a round's event as the runner does (`training.released_event`).
+
+  The aggregator's state and measurements stand where a learning
+  process's `state.aggregator` and `metrics['aggregator']` would.
+  """
+
+  def event_fn(state, measurements) -> dp_accounting.DpEvent:
+    return training.released_event(
+      method, params, _ServerState(state), {'aggregator': measurements}
+    )
+
+  return event_fn
+
+
+def method_aggregator(
+  method: methods_lib.Method, params: methods_lib.MethodParams
+) -> tff.aggregators.UnweightedAggregationFactory:
+  """The method's aggregator as the runner builds it (finite guard first).
+
+  Raises:
+    ValueError: If the method is not private or its aggregator is not an
+      unweighted factory.
+  """
+  if not method.private:
+    raise ValueError(
+      f'Method {method.name!r} is not private: there is no ledger to audit.'
+    )
+  aggregator = method.build_aggregator(params)
+  if not isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    raise ValueError(
+      f'Method {method.name!r} builds {type(aggregator)!r}; the audit runs '
+      'unweighted aggregators.'
+    )
+  return finite_guard.FiniteGuardFactory(aggregator)
+
+
+def audit_method(
+  method: methods_lib.Method,
+  params: methods_lib.MethodParams,
+  *,
+  shape: Sequence[int],
+  num_canaries: int,
+  rounds: int,
+  delta: float,
+  canary_norm: Optional[float] = None,
+  sampling_rate: float = 1.0,
+  probe: Optional[Probe] = None,
+  seed: int = 0,
+  confidence: float = 0.95,
+  aggregator: Optional[Aggregator] = None,
+) -> AuditResult:
+  """Audits a method's aggregator against the ledger of what it released.
+
+  The aggregator is `method_aggregator(method, params)` (or `aggregator`,
+  e.g. that factory's process, already created); each round's event is
+  read by `runner_event_fn(method, params)`.
+
+  Args:
+    method: A private method (a registry entry, or a planted one).
+    params: Its params; `num_model_params` must be prod(shape), and
+      `expected_clients_per_round` should be q * num_canaries.
+    shape: The tensor shape of the value.
+    num_canaries: k >= 2.
+    rounds: Rounds, >= 1.
+    delta: In (0, 1).
+    canary_norm: Default `CANARY_CLIP_RATIO` x `params.clip`.
+    sampling_rate: Poisson rate q of the canaries, in (0, 1].
+    probe: Where the audit looks (default: the final model delta).
+    seed: Seeds the directions and the participation.
+    confidence: The level of each one-sided bound, in [0.5, 1).
+    aggregator: The process or factory to run instead of building one.
+
+  Returns:
+    An `AuditResult` with its ledger: `result.flagged` is the verdict.
+
+  Raises:
+    ValueError: On a bad argument, naming it and its allowed range.
+  """
+  dim = int(np.prod(shape))
+  if params.num_model_params != dim:
+    raise ValueError(
+      f'params.num_model_params must be prod(shape) = {dim}. Found '
+      f'{params.num_model_params!r}.'
+    )
+  if aggregator is None:
+    aggregator = method_aggregator(method, params)
+  return audit_aggregator(
+    aggregator,
+    dim=dim,
+    shape=shape,
+    num_canaries=num_canaries,
+    rounds=rounds,
+    canary_norm=(
+      CANARY_CLIP_RATIO * params.clip if canary_norm is None else canary_norm
+    ),
+    delta=delta,
+    seed=seed,
+    confidence=confidence,
+    sampling_rate=sampling_rate,
+    probe=probe,
+    event_fn=runner_event_fn(method, params),
   )
 
 
@@ -383,7 +748,7 @@ class NoiseReuseResult:
 
 
 def noise_reuse_check(
-  factory: tff.aggregators.UnweightedAggregationFactory,
+  aggregator: Aggregator,
   *,
   dim: int,
   num_canaries: int,
@@ -392,30 +757,35 @@ def noise_reuse_check(
   seed: int = 0,
   shape: Optional[Sequence[int]] = None,
   alpha: float = 1e-3,
+  probe: Optional[Probe] = None,
 ) -> NoiseReuseResult:
-  """Checks that `factory`'s process draws fresh noise every round.
+  """Checks that an aggregator's process draws fresh noise every round.
 
   Round t's clients are `num_canaries` canaries of their own (random
   directions at `canary_norm`) that take part in round t only. Each
   round's release is projected off the span of all `rounds *
-  num_canaries` canary directions; with fresh noise the residuals of two
-  rounds are independent, while noise repeated (or negated) from round to
-  round makes them (anti)correlated, and the rounds' difference would
-  release the difference of their canaries free of noise. A mechanism
-  that legitimately feeds its released aggregate into later rounds
-  (server momentum, error feedback on released values) correlates too:
-  check its fresh-noise component.
+  num_canaries` canary directions (their images, with a probe's
+  `embed`); with fresh noise the residuals of two rounds are independent,
+  while noise repeated (or negated) from round to round makes them
+  (anti)correlated, and the rounds' difference would release the
+  difference of their canaries free of noise. A mechanism that
+  legitimately feeds its released aggregate into later rounds (server
+  momentum, error feedback on released values) correlates too: check its
+  fresh release with a probe.
 
   Args:
-    factory: An unweighted aggregator over float32 tensors of `shape`.
+    aggregator: An unweighted aggregation factory over float32 tensors of
+      `shape`, or a process created for them.
     dim: The number of scalars, > rounds * num_canaries (the residual has
-      dim - rounds * num_canaries dimensions; hundreds or more for power).
+      m - rounds * num_canaries dimensions, m the release's size;
+      hundreds or more for power).
     num_canaries: Canaries per round, >= 1.
     canary_norm: The canaries' norm, > 0.
     rounds: Rounds, >= 2; every pair of rounds is compared.
     seed: Seeds the directions.
     shape: The tensor shape (default `[dim]`).
     alpha: The false-alarm probability for fresh noise, in (0, 1).
+    probe: Where the check looks (default: each round's result).
 
   Returns:
     A `NoiseReuseResult`; `reused` is the verdict. A round whose residual
@@ -430,26 +800,31 @@ def noise_reuse_check(
   )
   if not 0 < alpha < 1:
     raise ValueError(f'alpha must be in (0, 1). Found {alpha!r}.')
-  if not (isinstance(canary_norm, (int, float)) and canary_norm > 0):
-    raise ValueError(f'canary_norm must be > 0. Found {canary_norm!r}.')
+  _check_positive('canary_norm', canary_norm)
   if dim <= rounds * num_canaries:
     raise ValueError(
       f'dim must be > rounds * num_canaries = {rounds * num_canaries}. '
       f'Found {dim!r}.'
     )
+  probe = probe or Probe()
   shape = _shape(shape, dim)
   rng = np.random.default_rng(seed)
   canaries = _unit_directions(rng, rounds * num_canaries, dim)
   cohorts = [
-    list(canary_norm * canaries[t * num_canaries : (t + 1) * num_canaries])
+    canary_norm * canaries[t * num_canaries : (t + 1) * num_canaries]
     for t in range(rounds)
   ]
-  basis, _ = np.linalg.qr(canaries.T)
+  images = _embedded(canaries, probe)
+  if images.shape[1] <= rounds * num_canaries:
+    raise ValueError(
+      f'The release has {images.shape[1]} scalars: it must have more than '
+      f'rounds * num_canaries = {rounds * num_canaries}.'
+    )
+  basis, _ = np.linalg.qr(images.T)
   # 1 - leverage: the share of a coordinate's variance the projection keeps.
   kept = np.maximum(1 - np.sum(basis**2, axis=1), 1e-12)
-  residuals = [
-    r - basis @ (basis.T @ r) for r in _releases(factory, shape, cohorts)
-  ]
+  releases, _ = _run_rounds(aggregator, shape, cohorts, probe, None)
+  residuals = [r - basis @ (basis.T @ r) for r in releases]
   corr = np.eye(rounds)
   z = np.zeros((rounds, rounds))
   for s in range(rounds):
@@ -476,5 +851,117 @@ def noise_reuse_check(
     correlations=corr,
     z_scores=z,
     rounds=rounds,
-    residual_dim=dim - rounds * num_canaries,
+    residual_dim=images.shape[1] - rounds * num_canaries,
+  )
+
+
+class _PlantedGaussianSumQuery(dp_queries.SeededGaussianSumQuery):
+  """DP-FedAvg's sum query with one planted bug; its event is the correct
+  mechanism's, `GaussianDpEvent(stddev / l2_norm_clip)`."""
+
+  def __init__(self, bug: str, l2_norm_clip: float, stddev: float, seed):
+    if bug not in PLANTED_BUGS:
+      raise ValueError(f'bug must be one of {PLANTED_BUGS}. Found {bug!r}.')
+    super().__init__(l2_norm_clip, stddev, seed)
+    self._bug = bug
+
+  def preprocess_record_impl(self, params, record):
+    if self._bug != 'no_clip':
+      return super().preprocess_record_impl(params, record)
+    return record, tf.linalg.global_norm(tf.nest.flatten(record))
+
+  def get_noised_result(self, sample_state, global_state):
+    if self._bug == 'half_noise':
+      result, new_state, _ = super().get_noised_result(
+        sample_state, global_state._replace(stddev=global_state.stddev / 2)
+      )
+      event = dp_accounting.GaussianDpEvent(
+        global_state.stddev / global_state.l2_norm_clip
+      )
+      return result, new_state._replace(stddev=global_state.stddev), event
+    result, new_state, event = super().get_noised_result(
+      sample_state, global_state
+    )
+    if self._bug == 'reused_noise':
+      new_state = global_state  # The seed never advances.
+    return result, new_state, event
+
+
+def planted_dp_fedavg(
+  bug: str,
+  noise_multiplier: float,
+  clients_per_round: float,
+  clip: float,
+  *,
+  noise_seed: dp_queries.NoiseSeed = None,
+) -> dp_fedavg.DPFactory:
+  """A broken `dp_fedavg.gaussian_fixed` whose state holds the correct event.
+
+  Args:
+    bug: One of `PLANTED_BUGS`: 'no_clip' (noise for `clip`, nothing
+      clipped), 'half_noise' (noise multiplier / 2 added) or
+      'reused_noise' (the noise seed never advances: the same noise every
+      round).
+    noise_multiplier: The multiplier the event reports, >= 0.
+    clients_per_round: The mean's denominator, > 0.
+    clip: The clip the noise is calibrated to, > 0.
+    noise_seed: As for `dp_fedavg.gaussian_fixed`.
+
+  Raises:
+    ValueError: On an unknown bug or a bad argument.
+  """
+  # Validates the numbers.
+  dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
+  query = tfp.NormalizedQuery(
+    _PlantedGaussianSumQuery(bug, clip, clip * noise_multiplier, noise_seed),
+    denominator=float(clients_per_round),
+  )
+  return dp_fedavg.DPFactory(query)
+
+
+def planted_method(bug: str) -> methods_lib.Method:
+  """DP-FedAvg with a planted bug, its event read from its state (as
+  `dp_fedavg`'s is); not registered."""
+  if bug not in PLANTED_BUGS:
+    raise ValueError(f'bug must be one of {PLANTED_BUGS}. Found {bug!r}.')
+  dp_fedavg_method = methods_lib.METHODS['dp_fedavg']
+  return dataclasses.replace(
+    dp_fedavg_method,
+    name=f'dp_fedavg_planted_{bug}',
+    description=f'DP-FedAvg with a planted bug ({bug}).',
+    build_aggregator=lambda p: planted_dp_fedavg(
+      bug,
+      p.noise_multiplier,
+      p.expected_clients_per_round,
+      p.clip,
+      noise_seed=p.noise_seed,
+    ),
+    setup=None,
+  )
+
+
+def with_half_noise(method: methods_lib.Method) -> methods_lib.Method:
+  """`method` built with half its noise multiplier, declaring the full one.
+
+  The recorded event is `method.round_event(z, params)` (the params' z),
+  so the ledger claims twice the noise that runs. Not registered.
+
+  Raises:
+    ValueError: If the method declares no round event (not private).
+  """
+  if method.round_event is None:
+    raise ValueError(f'Method {method.name!r} declares no round event.')
+
+  def build(p: methods_lib.MethodParams):
+    return method.build_aggregator(
+      dataclasses.replace(p, noise_multiplier=p.noise_multiplier / 2)
+    )
+
+  return dataclasses.replace(
+    method,
+    name=f'{method.name}_planted_half_noise',
+    description=f'{method.description} Planted bug: half the noise.',
+    build_aggregator=build,
+    event_from_state=False,
+    event_from_measurements=None,
   )
