@@ -50,6 +50,7 @@ def gaussian_fixed(
   clip: float,
   *,
   noise_seed: dp_queries.NoiseSeed = None,
+  clipped_fraction_stddev: Optional[float] = None,
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
@@ -68,6 +69,13 @@ def gaussian_fixed(
     noise_seed: None (default): a secret seed from OS entropy; an int or a
       pair of ints: reproducible noise (keep it secret: whoever knows it can
       subtract the noise).
+    clipped_fraction_stddev: None (default), or the noise stddev (> 0, above
+      `noise_multiplier / 2`) of a DP estimate of the fraction of the cohort
+      whose update was clipped, released each round as the measurement
+      `dp_query_metrics/dp_fraction_clipped` and charged to the round's
+      event (`dp_queries.ClippedFractionSumQuery`). The sum's multiplier is
+      then raised as adaptive clipping's is (1/z^2 = 1/z_sum^2 +
+      (2 sigma_b)^-2), so `noise_multiplier` stays the effective one.
     record_aggregation_factory: Inner sum (default `tff.aggregators.
       SumFactory`); `tff.aggregators.SecureSumFactory` for secure sum.
 
@@ -77,6 +85,28 @@ def gaussian_fixed(
   _check('noise_multiplier', noise_multiplier, positive=False)
   _check('clients_per_round', clients_per_round, positive=True)
   _check('clip', clip, positive=True)
+  if clipped_fraction_stddev is not None:
+    _check('clipped_fraction_stddev', clipped_fraction_stddev, positive=True)
+    if noise_multiplier >= 2 * clipped_fraction_stddev:
+      raise ValueError(
+        f'clipped_fraction_stddev must exceed noise_multiplier / 2 = '
+        f'{noise_multiplier / 2:g} (its release takes a share of the noise '
+        f'budget). Found {clipped_fraction_stddev!r}.'
+      )
+    value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
+      noise_multiplier, float(clients_per_round), clipped_fraction_stddev
+    )
+    query = tfp.NormalizedQuery(
+      dp_queries.ClippedFractionSumQuery(
+        clip,
+        clip * value_z,
+        count_stddev,
+        float(clients_per_round),
+        noise_seed,
+      ),
+      denominator=float(clients_per_round),
+    )
+    return DPFactory(query, record_aggregation_factory)
   query = tfp.NormalizedQuery(
     dp_queries.SeededGaussianSumQuery(
       clip, clip * noise_multiplier, noise_seed

@@ -257,3 +257,93 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
     )
     event = dp_accounting.ComposedDpEvent([sum_event, quantile_event])
     return noised, new_global_state, event
+
+
+class ClippedFractionSumQuery(tfp.SumAggregationDPQuery):
+  """A fixed-clip Gaussian sum that also releases a DP fraction clipped.
+
+  Each client clips its record to `l2_norm_clip` (as
+  `SeededGaussianSumQuery`) and adds the indicator [norm > clip] - 0.5 to
+  a second sum (sensitivity 0.5, as tensorflow-privacy's quantile
+  estimator centres it), which gets N(0, fraction_stddev^2) noise. The
+  round's release is the noised sum and the estimate
+  clip01(noised indicator sum / expected_num_records + 0.5) of the fraction
+  of the cohort whose update was clipped; the estimate is kept in the
+  global state (`dp_fraction_clipped`, read by `derive_metrics`) and the
+  clip never moves. DpEvent: `ComposedDpEvent([GaussianDpEvent(stddev /
+  l2_norm_clip), GaussianDpEvent(fraction_stddev / 0.5)])`, both on the
+  same cohort.
+  """
+
+  _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
+    '_GlobalState', ['sum_state', 'count_state', 'dp_fraction_clipped']
+  )
+  _SampleParams = collections.namedtuple(  # pylint: disable=invalid-name
+    '_SampleParams', ['sum_params', 'count_params']
+  )
+  _SampleState = collections.namedtuple(  # pylint: disable=invalid-name
+    '_SampleState', ['sum_state', 'count_state']
+  )
+
+  def __init__(
+    self,
+    l2_norm_clip: float,
+    stddev: float,
+    fraction_stddev: float,
+    expected_num_records: float,
+    seed: NoiseSeed,
+  ):
+    self._sum_query = SeededGaussianSumQuery(
+      l2_norm_clip, stddev, offset_seed(seed, 0)
+    )
+    # Indicators shifted by -0.5 (sensitivity 0.5), as in tfp.
+    self._count_query = SeededGaussianSumQuery(
+      0.5, fraction_stddev, offset_seed(seed, 1)
+    )
+    self._expected = float(expected_num_records)
+
+  def initial_global_state(self):
+    return self._GlobalState(
+      self._sum_query.initial_global_state(),
+      self._count_query.initial_global_state(),
+      tf.constant(0.0, tf.float32),
+    )
+
+  def derive_sample_params(self, global_state):
+    return self._SampleParams(
+      self._sum_query.derive_sample_params(global_state.sum_state),
+      self._count_query.derive_sample_params(global_state.count_state),
+    )
+
+  def initial_sample_state(self, template=None):
+    return self._SampleState(
+      self._sum_query.initial_sample_state(template),
+      self._count_query.initial_sample_state(tf.constant(0.0)),
+    )
+
+  def preprocess_record(self, params, record):
+    clipped, norm = self._sum_query.preprocess_record_impl(
+      params.sum_params, record
+    )
+    indicator = tf.cast(norm > params.sum_params, tf.float32) - 0.5
+    return self._SampleState(
+      clipped,
+      self._count_query.preprocess_record(params.count_params, indicator),
+    )
+
+  def get_noised_result(self, sample_state, global_state):
+    result, sum_state, sum_event = self._sum_query.get_noised_result(
+      sample_state.sum_state, global_state.sum_state
+    )
+    count, count_state, count_event = self._count_query.get_noised_result(
+      sample_state.count_state, global_state.count_state
+    )
+    fraction = tf.clip_by_value(count / self._expected + 0.5, 0.0, 1.0)
+    event = dp_accounting.ComposedDpEvent([sum_event, count_event])
+    return result, self._GlobalState(sum_state, count_state, fraction), event
+
+  def derive_metrics(self, global_state):
+    return collections.OrderedDict(
+      clip=global_state.sum_state.l2_norm_clip,
+      dp_fraction_clipped=global_state.dp_fraction_clipped,
+    )

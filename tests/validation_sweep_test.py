@@ -40,6 +40,18 @@ CASES = [
   (lambda: dp_fedavg.gaussian_fixed(1.0, 0, 1.0), 'clients_per_round'),
   (lambda: dp_fedavg.gaussian_fixed(1.0, 10, 0.0), 'clip'),
   (
+    lambda: dp_fedavg.gaussian_fixed(1.0, 10, 1.0, clipped_fraction_stddev=0.0),
+    r'clipped_fraction_stddev must be a finite number > 0\. Found 0\.0',
+  ),
+  (
+    lambda: dp_fedavg.gaussian_fixed(1.0, 10, 1.0, clipped_fraction_stddev=0.5),
+    r'clipped_fraction_stddev must exceed noise_multiplier / 2 = 0\.5',
+  ),
+  (
+    lambda: _config(fraction_clipped_stddev=-1.0),
+    'fraction_clipped_stddev',
+  ),
+  (
     lambda: dp_fedavg.gaussian_adaptive(
       1.0, 10, initial_clip=1.0, target_unclipped_quantile=1.5
     ),

@@ -33,7 +33,8 @@ NON_PRIVATE_DIR = 'non_private'  # Also `plot.NON_PRIVATE_DIR`.
 
 # The columns of a round's row that the ledger covers: public settings,
 # what the aggregator's DP releases determine (epsilon, the clip in force,
-# adaptive clipping's included), the bytes one client sends (a function of
+# adaptive clipping's included, the DP fraction clipped of
+# --fraction_clipped_stddev), the bytes one client sends (a function of
 # the settings, not of the cohort), and test metrics when no client holds
 # the test data (post-processing of the released model).
 PRIVATE_COLUMNS = (
@@ -42,6 +43,8 @@ PRIVATE_COLUMNS = (
   'epsilon_pld',
   'noise_multiplier',
   'clip',
+  # A noised estimate, charged to the round's event.
+  'dp_fraction_clipped',
   'client_lr',
   'bytes_down_per_client',
   'bytes_up_per_client',

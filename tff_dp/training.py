@@ -303,6 +303,10 @@ def run_experiment(
     )
     if clip is not None or method.private:
       row['clip'] = clip if clip is not None else params.clip
+    # DP (charged to the round's event): --fraction_clipped_stddev.
+    fraction = metrics.get('aggregator/dp_query_metrics/dp_fraction_clipped')
+    if fraction is not None:
+      row['dp_fraction_clipped'] = fraction
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       t_eval = time.perf_counter()
       row.update(

@@ -185,3 +185,57 @@ def test_type_signature():
   assert process.next.type_signature.result.result == tff.FederatedType(
     VALUE, tff.SERVER
   )
+
+
+def test_dp_fraction_clipped_is_noised_charged_and_unbiased():
+  # 10 expected clients, 4 of them above the clip of 1: true fraction 0.4.
+  z, clients, sigma_b = 1.0, 10.0, 2.0
+  factory = dp_fedavg.gaussian_fixed(
+    z, clients, 1.0, noise_seed=5, clipped_fraction_stddev=sigma_b
+  )
+  values = [np.full(3, 0.1, np.float32)] * 6 + [np.full(3, 9.0, np.float32)] * 4
+  outs = _run(factory, values, rounds=400)
+  estimates = np.array(
+    [o.measurements['dp_query_metrics']['dp_fraction_clipped'] for o in outs]
+  )
+  # Noise N(0, sigma_b^2) on the centred count over 10: stddev 0.2 (clipped
+  # to [0, 1] only 2 stddevs away, which trims the tails a little).
+  # 400 rounds: standard errors 0.01 (mean) and 3.5% (std).
+  assert np.mean(estimates) == pytest.approx(0.4, abs=0.04)
+  assert np.std(estimates) == pytest.approx(0.2, rel=0.1)
+  # Fresh noise every round (the estimates clipped to 0 or 1 aside).
+  interior = estimates[(estimates > 0) & (estimates < 1)]
+  assert len(interior) > 380 and len(set(interior.tolist())) == len(interior)
+  # The clip never moves.
+  assert {o.measurements['dp_query_metrics']['clip'] for o in outs} == {1.0}
+  # The round's event holds both releases, and merges to the requested z.
+  event = privacy.event_from_named_tuple(outs[-1].state.dp_event)
+  value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
+    z, clients, sigma_b
+  )
+  assert event == dp_accounting.ComposedDpEvent(
+    [
+      dp_accounting.GaussianDpEvent(pytest.approx(value_z, rel=1e-6)),
+      dp_accounting.GaussianDpEvent(pytest.approx(count_stddev / 0.5)),
+    ]
+  )
+  assert privacy.merge_gaussians(event).noise_multiplier == pytest.approx(
+    z, rel=1e-6
+  )
+  # The sum's noise is the raised value multiplier's: zero updates.
+  zeros = _run(
+    dp_fedavg.gaussian_fixed(
+      z, clients, 1.0, noise_seed=6, clipped_fraction_stddev=sigma_b
+    ),
+    [np.zeros(3, np.float32)] * 10,
+    rounds=300,
+  )
+  noise = np.concatenate([o.result for o in zeros]) * clients
+  assert np.std(noise) == pytest.approx(value_z, rel=0.1)
+
+
+def test_dp_fraction_clipped_needs_more_noise_than_half_the_multiplier():
+  with pytest.raises(ValueError, match=r'exceed noise_multiplier / 2 = 1\b'):
+    dp_fedavg.gaussian_fixed(2.0, 10, 1.0, clipped_fraction_stddev=1.0)
+  with pytest.raises(ValueError, match='clipped_fraction_stddev must be'):
+    dp_fedavg.gaussian_fixed(2.0, 10, 1.0, clipped_fraction_stddev=-1.0)

@@ -17,6 +17,7 @@ import pytest
 from tff_dp import methods
 from tff_dp import training
 from tff_dp import outputs
+from tff_dp import privacy
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
@@ -932,3 +933,33 @@ def test_client_held_test_metrics_count_as_tuning_once_released():
   (step,) = outputs._client_test_tuning(released, _Task())  # pylint: disable=protected-access
   assert 'held-out examples' in step
   assert outputs.tuning_outside_ledger(released, method) == []
+
+
+def test_dp_fraction_clipped_is_written_by_default_at_the_same_epsilon(
+  tmp_path,
+):
+  strict = dict(
+    rounds=2,
+    noise_seed=None,
+    release_non_private_metrics=False,
+    allow_noise_seed_reuse=False,
+  )
+  plain = training.run_experiment(_config(tmp_path, 'plain', **strict))
+  with_fraction = training.run_experiment(
+    _config(tmp_path, 'fraction', fraction_clipped_stddev=1.0, **strict)
+  )
+  rows = _rows(tmp_path / 'fraction' / 'metrics.csv')
+  assert all(0 <= float(r['dp_fraction_clipped']) <= 1 for r in rows)
+  assert (
+    'dp_fraction_clipped' not in _rows(tmp_path / 'plain' / 'metrics.csv')[0]
+  )
+  # Its release is charged inside the requested multiplier: the merged
+  # event, and so epsilon, is the plain run's (up to float32 state).
+  for key in ('epsilon_rdp', 'epsilon_pld'):
+    assert with_fraction[key] == pytest.approx(plain[key], rel=1e-5)
+  # The ledger records the merged Gaussian of the two releases.
+  (event,) = (privacy.event_from_dict(e) for e in with_fraction['dp_events'])
+  (plain_event,) = (privacy.event_from_dict(e) for e in plain['dp_events'])
+  assert event.event.noise_multiplier == pytest.approx(
+    plain_event.event.noise_multiplier, rel=1e-6
+  )

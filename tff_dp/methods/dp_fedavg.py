@@ -11,6 +11,23 @@ from tff_dp.methods import registry
 
 
 @dataclasses.dataclass(frozen=True)
+class FixedClipOptions(options.Options):
+  """DP-FedAvg with a fixed clip."""
+
+  # None: no fraction-clipped release.
+  fraction_clipped_stddev: Optional[float] = options.option(
+    None,
+    'Release a DP estimate of the fraction of clients clipped each round '
+    '(the dp_fraction_clipped column), with this noise stddev on the '
+    'clipped count (> --noise_multiplier / 2; e.g. 0.05 x expected '
+    "clients, as adaptive clipping's default). It is charged to the "
+    "ledger: the sum's multiplier rises so that --noise_multiplier stays "
+    'the effective one. Default: off.',
+    check=options.number(positive=True),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
 class AdaptiveClipOptions(options.Options):
   """DP-FedAvg with adaptive clipping (Andrew et al. 2021)."""
 
@@ -40,6 +57,7 @@ def fixed_clip_aggregator(p: registry.MethodParams):
     p.expected_clients_per_round,
     p.clip,
     noise_seed=p.noise_seed,
+    clipped_fraction_stddev=getattr(p.options, 'fraction_clipped_stddev', None),
   )
 
 
@@ -61,6 +79,7 @@ registry.register(
       'clipped updates, Gaussian noise, uniform weights.'
     ),
     private=True,
+    options=FixedClipOptions,
     build_aggregator=fixed_clip_aggregator,
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,

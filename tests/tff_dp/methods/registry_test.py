@@ -82,7 +82,7 @@ def test_another_methods_option_is_ignored_with_a_warning(monkeypatch):
   config = experiment_config.ExperimentConfig.create(
     method='dp_fedavg', sketch_k=5, top_k_ratio=0.1
   )
-  assert config.options == options.Options()
+  assert config.options == methods.dp_fedavg.FixedClipOptions()
   assert warnings == [
     'sketch_k is an option of dpsfl, dpsfl_ac, fetchsgd, not of method '
     "'dp_fedavg': ignored.",
