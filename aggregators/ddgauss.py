@@ -20,8 +20,9 @@ Contract:
   are not aggregated (TFF's pipeline reveals them unnoised).
 * Noise randomness. The aggregator state holds a stateless seed (128 bits
   from the OS's CSPRNG, or `noise_seed`), advanced every round; each client
-  draws its noise from that round's seed folded with a 128-bit nonce of its
-  own, drawn from OS entropy whatever TF seed is set (`_client_nonce`),
+  draws its noise from that round's seed folded with a nonce of its own
+  (about 126 bits read from the OS's /dev/urandom inside the client's
+  computation, whatever TF seed is set: `_client_nonce`),
   with a stateless discrete Gaussian sampler (Canonne, Kamath, Steinke
   2020). The nonce is what makes the noise secret from the server, which
   holds the seed: noise the server could regenerate would give no privacy
@@ -533,20 +534,33 @@ def sample_discrete_gaussian(scale, shape, seed) -> tf.Tensor:
   return tf.reshape(result[:n], shape)
 
 
-def _client_nonce() -> tf.Tensor:
-  """128 bits of the client's own randomness (distinct per client).
+# The client's OS entropy source, read inside its computation.
+OS_ENTROPY_FILE = '/dev/urandom'
+_NONCE_LINES = 16  # About 4 KB of OS entropy (lines average 256 bytes).
 
-  The raw op with seed = seed2 = 0 seeds its kernel from OS entropy
-  whatever TF seed is set; `tf.random.uniform` would take fixed op seeds
-  from a graph-level seed set where the client computation is traced, and
-  the nonce would then be a function of that seed.
+
+def _client_nonce() -> tf.Tensor:
+  """About 126 bits of the client's own randomness (distinct per client).
+
+  Read from the OS (`OS_ENTROPY_FILE`) each time the client computation
+  runs: 16 newline-separated chunks of /dev/urandom, joined and hashed by
+  two keyed SipHashes (`tf.strings.to_hash_bucket_strong`) into two int64s
+  of 63 bits each. TF's own random ops do not serve: an unseeded kernel
+  draws its seed from one process-wide `std::mt19937_64` that TF seeds
+  with 32 bits of `std::random_device`, so every nonce of a process would
+  be a function of those 32 bits, and whoever holds the round seed could
+  regenerate each client's noise in about 2^32 guesses.
   """
-  return tf.raw_ops.RandomUniformInt(
-    shape=[2],
-    minval=tf.constant(tf.int64.min, tf.int64),
-    maxval=tf.constant(tf.int64.max, tf.int64),
-    seed=0,
-    seed2=0,
+  lines = tf.data.TextLineDataset(OS_ENTROPY_FILE, buffer_size=4096)
+  chunk = lines.take(_NONCE_LINES).reduce(
+    tf.constant(''), lambda joined, line: joined + line
+  )
+  buckets = tf.int64.max
+  return tf.stack(
+    [
+      tf.strings.to_hash_bucket_strong(chunk, buckets, [1, 2]),
+      tf.strings.to_hash_bucket_strong(chunk, buckets, [3, 4]),
+    ]
   )
 
 

@@ -16,7 +16,6 @@ become that round's `DiscreteGaussianSumDpEvent`, and the ledger of
   python -m benchmarks.ddgauss_reaccount
 """
 
-import csv
 import json
 import math
 import pathlib
@@ -24,6 +23,7 @@ import re
 import shlex
 
 from benchmarks import results_table
+from tff_dp import plot
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
 
@@ -93,8 +93,8 @@ def reaccount(study: str, row: dict[str, str]) -> dict:
   """The row's epsilon from its rounds' `DiscreteGaussianSumDpEvent`s."""
   run = _run_dir(study, row)
   summary = json.loads((run / 'summary.json').read_text())
-  with open(run / 'metrics.csv', newline='') as f:
-    rounds = list(csv.DictReader(f))
+  # The measurements: non_private/metrics.csv for runs after issue 83.
+  rounds = plot.read_rows(run)
   sampling = privacy.Sampling(**summary['sampling'])
   delta = float(summary['delta'])
   ledger = privacy.PrivacyLedger(sampling, delta)

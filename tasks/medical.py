@@ -226,6 +226,8 @@ def _tabular_task(
     feature_names=tuple(feature_names),
     public_x=public_x,
     public_y=public_y,
+    # One client per site: its held-out patients are the site's own data.
+    test_held_by_clients=(clients_per_site == 1),
   )
 
 
@@ -328,13 +330,16 @@ def load_heart_disease(
   hidden_units: Sequence[int] = (32,),
   model_seed: int = 0,
   server_batch_size: int = 0,
+  clients_per_unit: int = 1,
 ) -> task_lib.FederatedTask:
   """UCI heart disease (num > 0), one client per hospital (4 clients).
 
   `server_batch_size` training patients (stratified) are held out as the
-  server's batch, as for PhysioNet.
+  server's batch, as for PhysioNet. `clients_per_unit` splits each
+  hospital's training patients into that many clients (its held-out
+  patients then belong to no client).
   """
-  _check_common(1, test_fraction, server_batch_size)
+  _check_common(clients_per_unit, test_fraction, server_batch_size)
   path = data_dir_lib.find_file(
     data_dir, ['heart_disease_4sites.csv'], source_hint=_HEART_SOURCE
   )
@@ -374,7 +379,7 @@ def load_heart_disease(
     (df['num'] > 0).to_numpy(np.int64),
     df['site_id'].to_numpy(np.int64),
     site_names,
-    1,
+    clients_per_unit,
     test_fraction,
     split_seed,
     hidden_units,

@@ -11,15 +11,19 @@ therefore be secret and unique.
 beside the run folders and never inside one. Before a run starts it reads
 the registry there and in every folder above, and raises `ValueError` if the
 seed was registered for a different configuration (what a round releases
-depends on; where and how fast it runs does not count) by another run
-folder. The same folder again (a resume, checked by
-`outputs.check_same_config`) and the same configuration elsewhere (a
-rerun, whose releases are identical) are allowed. The registry stores a
+depends on, the data folder included; where and how fast it runs does not
+count) by any run folder, this one included (a folder deleted and rerun
+with other settings may have been published before). The same
+configuration again, in this folder (a resume) or elsewhere (a rerun,
+whose releases are identical), is allowed. Runs in sibling trees, or
+below this one, are not seen: keep one output tree per project. The
+check and the registration hold a lock on the tree. The registry stores a
 salted PBKDF2 digest of the seed, not the seed; a small seed can still be
 found from it by trying every value, so the registry is as secret as the
 seed (a large random seed, e.g. `secrets.randbits(63)`, cannot be).
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +39,6 @@ REGISTRY_NAME = '.tff_dp_noise_seeds.json'
 # Settings that do not change what a round releases.
 _NOT_RELEASE_RELEVANT = experiment_config.EXECUTION_ONLY + (
   'output_dir',
-  'data_dir',
   'device',
   'eval_every',
   'checkpoint_every',
@@ -109,6 +112,20 @@ def check_and_register(
   if output_dir is None or noise_seed is None:
     return None
   output_dir = pathlib.Path(output_dir).resolve()
+  output_dir.parent.mkdir(parents=True, exist_ok=True)
+  # One check-and-register at a time in this tree (two runs started at once
+  # would otherwise both pass, and one entry would be lost).
+  with open(output_dir.parent / (REGISTRY_NAME + '.lock'), 'a') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      return _check_and_register(
+        output_dir, noise_seed, config_dict, allow_reuse
+      )
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _check_and_register(output_dir, noise_seed, config_dict, allow_reuse):
   mine = json.loads(json.dumps(release_settings(config_dict)))
   clash = None
   for path in _registries(output_dir.parent):
@@ -118,7 +135,7 @@ def check_and_register(
       if run['digest'] != digest:
         continue
       other = (path.parent / run['run']).resolve()
-      if other == output_dir or run['settings'] == mine:
+      if run['settings'] == mine:
         continue
       diff = sorted(
         k
@@ -147,9 +164,9 @@ def _register(
   data.setdefault('runs', [])
   digest = _digest(noise_seed, data['salt'])
   entry = {'run': output_dir.name, 'digest': digest, 'settings': settings}
-  data['runs'] = [r for r in data['runs'] if r['run'] != output_dir.name] + [
-    entry
-  ]
+  # Every configuration a folder ran with stays registered (a folder
+  # deleted and rerun differently may have been published before).
+  data['runs'] = [r for r in data['runs'] if r != entry] + [entry]
   with tempfile.NamedTemporaryFile(
     'w', dir=path.parent, delete=False, prefix=f'.{path.name}'
   ) as f:

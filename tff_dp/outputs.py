@@ -72,6 +72,8 @@ def split_row(row: dict, test_private: bool) -> tuple[dict, dict]:
 
 # Summary keys the ledger does not cover (`RunFiles.split_summary`).
 NON_PRIVATE_SUMMARY_KEYS = (
+  # Derived from the data (e.g. the medical tasks' patient counts).
+  'task_description',
   'bytes_down_total',
   'bytes_up_total',
   'wall_seconds_this_invocation',
@@ -466,7 +468,9 @@ def privacy_section(
     'noise_seed_secret': config.noise_seed is None,
     'research_run': config.noise_seed is not None,
     'noise_seed_reused_in': noise_seed_clash,
-    'guarantee_holds': noise_seed_clash is None,
+    # As far as this run can tell when it ends: its seed was not reused
+    # before it, and its epsilon needs no assumption beyond the events.
+    'guarantee_holds': noise_seed_clash is None and not ledger.assumptions(),
     'released': 'the model after each round (final_model_weights.npz, '
     'test metrics of it), epsilon and the bytes per client',
     **_release_section(config, task),
@@ -533,7 +537,25 @@ def check_same_config(
     new.pop(key, None)
   if old != new:
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    hint = (
+      ' (a run started before --release_non_private_metrics existed wrote '
+      'every output: add --release_non_private_metrics to resume it)'
+      if diff == ['release_non_private_metrics']
+      and old['release_non_private_metrics']
+      else ''
+    )
     raise ValueError(
       f'{output_dir} holds a run with different flags ({", ".join(diff)}); '
-      'rerun the same command to resume, or choose a new root_output_dir.'
+      'rerun the same command to resume, or choose a new root_output_dir'
+      f'{hint}.'
     )
+
+
+def move_legacy_non_private(output_dir: pathlib.Path) -> None:
+  """A run folder from before `NON_PRIVATE_DIR` existed, resumed with
+  --release_non_private_metrics: its histograms join the other non-private
+  outputs (and are truncated there with them on resume)."""
+  legacy = output_dir / DIAGNOSTICS_FILE
+  if legacy.exists():
+    (output_dir / NON_PRIVATE_DIR).mkdir(exist_ok=True)
+    os.replace(legacy, output_dir / NON_PRIVATE_DIR / DIAGNOSTICS_FILE)

@@ -84,7 +84,9 @@ def pick_metric(rows: Sequence[dict]) -> str:
     if any(m in r for r in rows):
       return m
   raise ValueError(
-    'No test metric in metrics.csv (evaluate with --eval_every).'
+    'No test metric in metrics.csv (evaluate with --eval_every; a task '
+    'whose test examples belong to clients writes them only to '
+    'non_private/, with --release_non_private_metrics).'
   )
 
 

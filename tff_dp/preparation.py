@@ -103,7 +103,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
   logging.info(
     'Task: %s | method: %s | sampling: %s | %d params | '
     'bytes/client/round down %d up %d',
-    task.description,
+    # Derived from the data (e.g. patient counts): only when released.
+    task.description if config.release_non_private_metrics else task.name,
     config.method,
     sampling,
     num_params,

@@ -102,6 +102,15 @@ POISSON_COUNT_ASSUMPTION = (
 )
 
 
+FIXED_COUNT_ASSUMPTION = (
+  'Fixed-size sampling with a public participant count (DDGauss): every '
+  'sampled client takes part, so n = m in every round. A sampled client '
+  'that sends nothing (the runner skips clients without data) withholds '
+  'the round, and whether that happens can turn on the target alone '
+  '(replacing it by a client without data); that is not charged.'
+)
+
+
 def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
   """A JSON-able dict of a DpEvent (nested events included)."""
   out = {'type': type(event).__name__}
@@ -578,11 +587,11 @@ class PrivacyLedger:
     A Poisson-sampled run of a mechanism whose participant count is public
     (`PUBLIC_COUNT_EVENTS`) rests on `POISSON_COUNT_ASSUMPTION`.
     """
-    if self.sampling.mode == 'poisson' and any(
-      _contains(e, PUBLIC_COUNT_EVENTS) for e in self._events
-    ):
+    if not any(_contains(e, PUBLIC_COUNT_EVENTS) for e in self._events):
+      return []
+    if self.sampling.mode == 'poisson':
       return [POISSON_COUNT_ASSUMPTION]
-    return []
+    return [FIXED_COUNT_ASSUMPTION]
 
   def to_json(self) -> str:
     return json.dumps(

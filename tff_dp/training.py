@@ -207,6 +207,7 @@ def run_experiment(
         ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
       start_round = runner.round_num + 1
       if files.diagnostics_path is not None:
+        outputs.move_legacy_non_private(output_dir)
         outputs.truncate_diagnostics(files.diagnostics_path, runner.round_num)
       logging.info(
         'Resumed from checkpoint of round %d in %s', version, output_dir

@@ -291,6 +291,9 @@ def test_identical_clients_get_distinct_noise(context):
   query = ddgauss._SeededDiscreteGaussianSumQuery(1e9, 100, (3, 4))
   first, second = _client_noise(query, 2)
   assert not np.array_equal(first, second)
+  # Independent, not merely different: the two clients' noise is
+  # uncorrelated (|r| < 4 / sqrt(1000) at 4 standard errors).
+  assert abs(np.corrcoef(first, second)[0, 1]) < 4 / np.sqrt(1000)
   # Each is N_Z(0, 100^2) noise (1,000 draws: the std's standard error is
   # 2.2%; 10% is 4.5 of them).
   for noise in (first, second):
@@ -522,3 +525,23 @@ def test_ddgauss_run_end_to_end_with_honest_ledger(tmp_path):
   assert math.isnan(summary['epsilon_pld'])
   # 1,281 params padded to 1,282 coordinates of 20 bits each.
   assert summary['bytes_per_client_per_round']['up'] == math.ceil(1282 * 20 / 8)
+
+
+def test_client_nonces_come_from_the_os_not_tfs_process_rng(
+  context, monkeypatch, tmp_path
+):
+  del context
+  # Read from the entropy file inside the client's computation: a file of
+  # fixed content gives a fixed nonce (so TF's RNG plays no part) ...
+  fixed = tmp_path / 'entropy'
+  fixed.write_bytes(b''.join(bytes([i]) * 50 + b'\n' for i in range(1, 20)))
+  monkeypatch.setattr(ddgauss, 'OS_ENTROPY_FILE', str(fixed))
+  nonce = tff.tensorflow.computation(ddgauss._client_nonce)  # pylint: disable=protected-access
+  assert np.array_equal(nonce(), nonce())
+  monkeypatch.undo()
+  # ... and /dev/urandom gives a fresh one each call, filling both words'
+  # 63 bits.
+  nonce = tff.tensorflow.computation(ddgauss._client_nonce)  # pylint: disable=protected-access
+  draws = np.array([nonce() for _ in range(200)])
+  assert len({tuple(d) for d in draws}) == 200
+  assert draws.min() >= 0 and draws.max() > 2**62

@@ -37,6 +37,10 @@ def test_physionet_real(shared_data_dir):
 
 def test_physionet_clients_per_unit(shared_data_dir):
   task = medical.load_physionet2012(shared_data_dir, clients_per_unit=3)
+  # Held-out patients belong to no client once a site is split; with one
+  # client per site they are that client's own.
+  assert not task.test_held_by_clients
+  assert medical.load_physionet2012(shared_data_dir).test_held_by_clients
   assert len(task.train_data.client_ids) == 12
   assert task.train_data.client_ids[:3] == [
     'coronary_care/0',

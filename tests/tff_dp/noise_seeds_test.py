@@ -82,3 +82,23 @@ def test_an_unreadable_registry_is_an_error(tmp_path):
   (tmp_path / noise_seeds.REGISTRY_NAME).write_text('not json')
   with pytest.raises(ValueError, match='unreadable'):
     noise_seeds.check_and_register(tmp_path / 'a', 7, _CONFIG)
+
+
+def test_one_folder_rerun_with_another_configuration_is_refused(tmp_path):
+  # The folder may have been deleted and its first outputs published.
+  noise_seeds.check_and_register(tmp_path / 'a', 7, _CONFIG)
+  with pytest.raises(ValueError, match='differs in: clip'):
+    noise_seeds.check_and_register(tmp_path / 'a', 7, _other(clip=2.0))
+
+
+def test_another_data_folder_counts_as_another_configuration(tmp_path):
+  noise_seeds.check_and_register(tmp_path / 'a', 7, _other(data_dir='/x'))
+  with pytest.raises(ValueError, match='differs in: data_dir'):
+    noise_seeds.check_and_register(tmp_path / 'b', 7, _other(data_dir='/y'))
+
+
+def test_a_new_tree_is_created_and_locked(tmp_path):
+  out = tmp_path / 'new' / 'tree' / 'run'
+  assert noise_seeds.check_and_register(out, 7, _CONFIG) is None
+  assert (out.parent / noise_seeds.REGISTRY_NAME).is_file()
+  assert (out.parent / (noise_seeds.REGISTRY_NAME + '.lock')).is_file()

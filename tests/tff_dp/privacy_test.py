@@ -357,7 +357,9 @@ def test_ddgauss_ledger_matches_independent_computation(mode):
   assert math.isnan(eps_pld)
   assert 'RDP curve' in ledger.pld_unavailable_reason()
   assert ledger.assumptions() == (
-    [privacy.POISSON_COUNT_ASSUMPTION] if mode == 'poisson' else []
+    [privacy.POISSON_COUNT_ASSUMPTION]
+    if mode == 'poisson'
+    else [privacy.FIXED_COUNT_ASSUMPTION]
   )
   # The ledger round-trips through JSON with its curve events.
   again = privacy.PrivacyLedger.from_json(ledger.to_json())

@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -764,11 +765,13 @@ def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
 
 # Columns and summary keys that no epsilon covers (per-client statistics,
 # cohort sizes, timings): none may appear in a default run's folder.
+# A name ending in '_' or '/' is a prefix; the others are whole names
+# ('fraction_clipped', not the DP 'dp_fraction_clipped').
 _NON_PRIVATE_NAMES = (
   'sampled_clients',
   'empty_clients_skipped',
   'train_loss',
-  'update_norm',
+  'update_norm_',
   'fraction_clipped',
   'non_finite_clients',
   'round_seconds',
@@ -777,10 +780,17 @@ _NON_PRIVATE_NAMES = (
   'eval_seconds',
   'bytes_up_total',
   'bytes_down_total',
-  'wall_seconds',
+  'wall_seconds_',
   'num_examples',
   'tff/',
 )
+
+
+def _holds_name(data: bytes, name: str) -> bool:
+  pattern = b'(?<![A-Za-z0-9_])' + re.escape(name.encode())
+  if not name.endswith(('_', '/')):
+    pattern += b'(?![A-Za-z0-9_])'
+  return re.search(pattern, data) is not None
 
 
 def _tensorboard_tags(run_dir):
@@ -807,6 +817,9 @@ def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
     noise_seed=None,
     release_non_private_metrics=False,
     allow_noise_seed_reuse=False,
+    # Two clients a site: the held-out patients belong to no client, so
+    # test metrics are post-processing of the model.
+    task_kwargs=(('clients_per_unit', 2),),
   )
   summary = training.run_experiment(config)
   run_dir = tmp_path / 'default'
@@ -825,15 +838,19 @@ def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
   tags = _tensorboard_tags(run_dir)
   assert 'test_auroc' in tags and 'epsilon_rdp' in tags
   assert {t for t in tags if not t.startswith('test_')} <= allowed
-  # No file but the summary (whose privacy section names them) holds any
-  # non-private name: not the checkpoints' runner state, nor TensorBoard.
-  for path in _files(run_dir):
-    if path.name == 'summary.json':
-      continue
-    data = path.read_bytes()
-    for name in _NON_PRIVATE_NAMES:
-      assert name.encode() not in data, (path, name)
+  # No file holds any non-private name: not the checkpoints' runner state,
+  # nor TensorBoard, nor the summary beyond its privacy section's list of
+  # what is withheld.
   saved = json.loads((run_dir / 'summary.json').read_text())
+  listed = dict(saved, privacy=dict(saved['privacy'], non_private_outputs=[]))
+  for path in _files(run_dir):
+    data = path.read_bytes()
+    if path.name == 'summary.json':
+      data = json.dumps(listed).encode()
+    for name in _NON_PRIVATE_NAMES:
+      assert not _holds_name(data, name), (path, name)
+  # The task's description counts the patients: withheld too.
+  assert 'task_description' not in saved
   assert saved == json.loads(json.dumps(summary))
   for key in outputs.NON_PRIVATE_SUMMARY_KEYS:
     assert key not in saved
@@ -843,6 +860,24 @@ def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
   assert section['non_private_metrics_released'] is False
   assert section['non_private_dir'] is None
   assert section['research_run'] is False and section['guarantee_holds']
+  assert section['test_metrics'].startswith('covered')
+
+
+def test_test_metrics_on_a_sites_own_patients_are_withheld(tmp_path):
+  # One client a site (the default): its held-out patients are its data.
+  summary = training.run_experiment(
+    _config(
+      tmp_path,
+      'sites',
+      rounds=1,
+      release_non_private_metrics=False,
+      allow_noise_seed_reuse=False,
+    )
+  )
+  columns = _rows(tmp_path / 'sites' / 'metrics.csv')[0]
+  assert not [c for c in columns if c.startswith('test_')]
+  assert summary['final'] == {}
+  assert summary['privacy']['test_metrics'].startswith('not covered')
 
 
 def test_released_non_private_metrics_go_to_their_own_folder(tmp_path):
@@ -868,18 +903,23 @@ def test_released_non_private_metrics_go_to_their_own_folder(tmp_path):
   assert [r['round'] for r in non_private] == ['1', '2']
   for key in ('sampled_clients', 'train_loss', 'round_seconds'):
     assert key in non_private[0] and key not in private[0]
-  assert 'test_auroc' in private[0] and 'test_auroc' not in non_private[0]
+  # Heart disease's held-out patients are its hospitals' own.
+  assert 'test_auroc' in non_private[0] and 'test_auroc' not in private[0]
   extra_summary = json.loads((extra / 'summary.json').read_text())
-  assert set(extra_summary) == set(outputs.NON_PRIVATE_SUMMARY_KEYS)
+  # With the final test metrics, the hospitals' own patients' (above).
+  assert set(extra_summary) == {*outputs.NON_PRIVATE_SUMMARY_KEYS, 'final'}
+  assert 'test_auroc' in extra_summary['final']
   assert extra_summary['bytes_up_total'] == summary['bytes_up_total'] > 0
   assert 'train_loss' in _tensorboard_tags(extra)
   assert 'train_loss' not in _tensorboard_tags(run_dir)
   # The checkpoint keeps the released columns, so the byte check of the
   # default run above has the power to see them.
   assert any(
-    b'sampled_clients' in p.read_bytes()
+    _holds_name(p.read_bytes(), 'sampled_clients')
     for p in _files(run_dir / 'checkpoints')
   )
+  assert not _holds_name(b'dp_fraction_clipped', 'fraction_clipped')
+  assert _holds_name(b'"update_norm_mean"', 'update_norm_')
   assert summary['privacy']['non_private_metrics_released'] is True
   assert summary['privacy']['non_private_dir'] == outputs.NON_PRIVATE_DIR
 
@@ -963,3 +1003,24 @@ def test_dp_fraction_clipped_is_written_by_default_at_the_same_epsilon(
   assert event.event.noise_multiplier == pytest.approx(
     plain_event.event.noise_multiplier, rel=1e-6
   )
+
+
+def test_a_run_from_before_non_private_dir_resumes_only_releasing(tmp_path):
+  # Its config.json has no release_non_private_metrics: it wrote everything.
+  config = _config(tmp_path, 'legacy', release_non_private_metrics=False)
+  old = config.to_dict()
+  del old['release_non_private_metrics']
+  run_dir = tmp_path / 'legacy'
+  run_dir.mkdir()
+  (run_dir / 'config.json').write_text(json.dumps(old))
+  with pytest.raises(ValueError, match='add --release_non_private_metrics'):
+    outputs.check_same_config(run_dir, config)
+  outputs.check_same_config(
+    run_dir, config.replace(release_non_private_metrics=True)
+  )
+  # Its histograms move to non_private/ with the rest.
+  (run_dir / outputs.DIAGNOSTICS_FILE).write_text('{"round": 1}\n')
+  outputs.move_legacy_non_private(run_dir)
+  assert not (run_dir / outputs.DIAGNOSTICS_FILE).exists()
+  moved = run_dir / outputs.NON_PRIVATE_DIR / outputs.DIAGNOSTICS_FILE
+  assert moved.read_text() == '{"round": 1}\n'
