@@ -245,6 +245,7 @@ def _rows() -> dict[str, _Row]:
     sampled=True,
   )
   for name in (
+    'ddgauss',
     'dp_randagg (k = d/4)',
     'fl_top_dp (K = d/4)',
     'cmp_fed (rank 16)',
@@ -426,7 +427,10 @@ def main(argv):
   for name, row in rows.items():
     if _MECHANISMS.value and name not in _MECHANISMS.value:
       continue
-    if row.method.name == 'ddgauss' and not ddgauss.protobuf_supports_ddgauss():
+    if (
+      row.method.name.startswith('ddgauss')
+      and not ddgauss.protobuf_supports_ddgauss()
+    ):
       _in_child(name)
       continue
     row_out = _audit_row(name, row)

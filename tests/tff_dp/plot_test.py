@@ -1,6 +1,5 @@
 """The plot command draws non-empty PNGs from a tiny real run."""
 
-import csv
 import json
 
 import pytest
@@ -52,11 +51,13 @@ def test_plots_from_a_tiny_run(tmp_path):
     assert point.kb_up_per_round == (
       summary['bytes_per_client_per_round']['up'] / 1000
     )
-    metrics = list(csv.DictReader(open(run / 'metrics.csv')))
+    # Heart disease's test metrics (its hospitals' own held-out patients)
+    # are in non_private/; the reader merges them in.
+    metrics = plot.read_rows(run)
     best = max(
-      float(r['test_balanced_accuracy'])
+      r['test_balanced_accuracy']
       for r in metrics
-      if r['test_balanced_accuracy']
+      if 'test_balanced_accuracy' in r
     )
     assert point.metric == pytest.approx(best)
     assert point.group == run.name
