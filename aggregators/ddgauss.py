@@ -36,9 +36,8 @@ Contract:
   bound of one client's integer vector; d the padded dimension), counting
   only the h shares of participants other than the target (the rest are
   data-independent noise: post-processing). `tff_dp.privacy` subsamples that
-  curve with generic RDP bounds; there is no PLD for it. (Before issue 83
-  the round was recorded as `GaussianDpEvent(z_eff)` and amplified as a
-  continuous Gaussian, which the theorem does not give.)
+  curve with generic RDP bounds; there is no PLD for it (the theorem gives
+  no continuous-Gaussian reading of the discrete sum to amplify).
 * Trust. The h counted shares come from clients that follow the protocol;
   the server is honest-but-curious and sees only the modular sum and n. n is
   public to it (and, through the noise variance, to anyone): under

@@ -1,6 +1,7 @@
 """The library's packages stand alone: aggregators/ and tasks/ (installed as
 tff_dp.aggregators and tff_dp.tasks) import nothing from tff_dp outside
-their own package, so a TFF user can take either without the rest."""
+their own package, and tff_dp/client_works nothing but itself and
+tff_dp.aggregators, so a TFF user can take either without the rest."""
 
 import ast
 import pathlib
@@ -31,6 +32,25 @@ def test_package_imports_only_itself_from_tff_dp(package):
     if not name.startswith(f'tff_dp.{package}.')
   }
   assert not outside, sorted(outside)
+
+
+def test_client_works_import_only_themselves_and_the_aggregators():
+  files = sorted((_ROOT / 'tff_dp' / 'client_works').glob('*.py'))
+  assert files
+  allowed = ('tff_dp.client_works.', 'tff_dp.aggregators.')
+  outside = {
+    f'{path.name}: {name}'
+    for path in files
+    for name in _tff_dp_imports(path)
+    if not name.startswith(allowed)
+  }
+  assert not outside, sorted(outside)
+
+
+def test_the_config_does_not_import_the_worker_module():
+  names = _tff_dp_imports(_ROOT / 'tff_dp' / 'experiment_config.py')
+  assert 'tff_dp.distributed' not in names
+  assert names  # The check reads the module's imports at all.
 
 
 def test_the_check_sees_an_outside_import(tmp_path):

@@ -25,7 +25,7 @@ import atexit
 import os
 import subprocess
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 from absl import logging
 import grpc
@@ -58,6 +58,7 @@ from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from tff_dp import contexts
+
 from tff_dp import processes
 
 _STARTED: list[subprocess.Popen] = []
@@ -242,19 +243,3 @@ def set_distributed_context(targets: Sequence[str]) -> None:
   context_stack_impl.context_stack.set_default_context(
     _DistributedContext(contexts)
   )
-
-
-def parse_workers(value: Optional[str]) -> list[str]:
-  """'h1:p1,h2:p2' -> ['h1:p1', 'h2:p2'] (checked)."""
-  if not value:
-    return []
-  out = []
-  for item in value.split(','):
-    host, sep, port = item.strip().rpartition(':')
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-      raise ValueError(
-        f'workers must be host:port items with a port in [1, 65535]. '
-        f'Found {item!r}.'
-      )
-    out.append(f'{host}:{int(port)}')
-  return out

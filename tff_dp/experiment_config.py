@@ -9,7 +9,6 @@ from typing import Any, Optional
 
 from absl import logging
 
-from tff_dp import distributed
 from tff_dp import methods as methods_lib
 from tff_dp import public_data
 from tff_dp import tasks as tasks_lib
@@ -230,7 +229,7 @@ class ExperimentConfig:
       )
     check_int('intra_op_threads', self.intra_op_threads, 0)
     check_int('inter_op_threads', self.inter_op_threads, 0)
-    distributed.parse_workers(self.workers)  # Raises on a bad host:port.
+    parse_workers(self.workers)  # Raises on a bad host:port.
     check_int('local_workers', self.local_workers, 0)
     public_data.check_mode(self.public_batch)
     method = methods_lib.METHODS[self.method]
@@ -308,6 +307,22 @@ def check_int(name, value, minimum):
 def check_float(name, value, *, positive):
   """Raises ValueError unless `value` is finite and > 0 (or >= 0)."""
   methods_lib.options.number(positive=positive)(name, value)
+
+
+def parse_workers(value: Optional[str]) -> list[str]:
+  """'h1:p1,h2:p2' -> ['h1:p1', 'h2:p2'] (checked)."""
+  if not value:
+    return []
+  out = []
+  for item in value.split(','):
+    host, sep, port = item.strip().rpartition(':')
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(
+        f'workers must be host:port items with a port in [1, 65535]. '
+        f'Found {item!r}.'
+      )
+    out.append(f'{host}:{int(port)}')
+  return out
 
 
 def check_output_dir(path: Optional[str]) -> Optional[pathlib.Path]:

@@ -16,6 +16,7 @@ from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 from tff_dp.aggregators import finite_guard
+from tff_dp import experiment_config
 from tff_dp.experiment_config import ExperimentConfig
 from tff_dp.sampling import sampling_for
 
@@ -113,7 +114,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
   )
 
   if config.workers or config.local_workers:
-    targets = distributed.parse_workers(config.workers)
+    targets = experiment_config.parse_workers(config.workers)
     if config.local_workers:
       targets += [
         target

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import distributed
+from tff_dp import experiment_config
 from tff_dp import training
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
@@ -92,4 +93,4 @@ def test_a_dead_worker_stops_the_run_and_a_rerun_resumes(tmp_path):
 @pytest.mark.parametrize('bad', ['localhost', 'h:0', 'h:99999', ':80'])
 def test_bad_workers_flag(bad):
   with pytest.raises(ValueError, match='host:port'):
-    distributed.parse_workers(bad)
+    experiment_config.parse_workers(bad)
