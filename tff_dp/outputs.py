@@ -398,11 +398,6 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   return steps
 
 
-def test_held_by_clients(task) -> bool:
-  """Whether the task's test examples belong to training clients."""
-  return bool(task.test_held_by_clients)
-
-
 def _release_section(config, task) -> dict:
   """What the run folder holds beyond the ledger's coverage, if anything."""
   released = config.release_non_private_metrics
@@ -410,7 +405,7 @@ def _release_section(config, task) -> dict:
     'not covered: the test examples belong to training clients, so test '
     'metrics go to non_private/ (written only with '
     '--release_non_private_metrics)'
-    if test_held_by_clients(task)
+    if task.test_held_by_clients
     else 'covered: test data held by no client (post-processing of the '
     'released model)'
   )
@@ -483,7 +478,7 @@ def privacy_section(
 def _client_test_tuning(config, task) -> list[str]:
   """Test metrics on client-held examples, once released, are client
   data: a round or setting picked by them is tuned outside the ledger."""
-  if not (test_held_by_clients(task) and config.release_non_private_metrics):
+  if not (task.test_held_by_clients and config.release_non_private_metrics):
     return []
   return [
     "test metrics (non_private/) are computed on the training clients' "

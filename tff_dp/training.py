@@ -182,7 +182,7 @@ def run_experiment(
   files = outputs.RunFiles(
     output_dir,
     config.release_non_private_metrics,
-    test_private=not outputs.test_held_by_clients(task),
+    test_private=not task.test_held_by_clients,
   )
   start_round = 1
   manager = None

@@ -1,4 +1,5 @@
 import dp_accounting
+from dp_accounting import rdp  # noqa: F401 (dp_accounting.rdp)
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -239,3 +240,35 @@ def test_dp_fraction_clipped_needs_more_noise_than_half_the_multiplier():
     dp_fedavg.gaussian_fixed(2.0, 10, 1.0, clipped_fraction_stddev=1.0)
   with pytest.raises(ValueError, match='clipped_fraction_stddev must be'):
     dp_fedavg.gaussian_fixed(2.0, 10, 1.0, clipped_fraction_stddev=-1.0)
+
+
+@pytest.mark.parametrize('mode', ['poisson', 'fixed'])
+def test_dp_fraction_clipped_ledger_equals_dp_accounting(mode):
+  # The state's two-Gaussian event, recorded as the runner records it,
+  # against dp_accounting on the effective Gaussian of the sampling.
+  factory = dp_fedavg.gaussian_fixed(
+    1.0, 10.0, 1.0, noise_seed=1, clipped_fraction_stddev=2.0
+  )
+  (out,) = _run(factory, [np.ones(3, np.float32)])
+  event = privacy.event_from_named_tuple(out.state.dp_event)
+  if mode == 'poisson':
+    sampling = privacy.Sampling('poisson', 1000, rate=0.01)
+    want = dp_accounting.PoissonSampledDpEvent(
+      0.01, dp_accounting.GaussianDpEvent(1.0)
+    )
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+  else:
+    sampling = privacy.Sampling('fixed', 1000, clients_per_round=10)
+    # Replace-one moves the sum by 2 C (and the count by 1, within it).
+    want = dp_accounting.SampledWithoutReplacementDpEvent(
+      1000, 10, dp_accounting.GaussianDpEvent(0.5)
+    )
+    relation = dp_accounting.NeighboringRelation.REPLACE_ONE
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  for _ in range(50):
+    ledger.record(event)
+  accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=relation)
+  accountant.compose(want, 50)
+  assert ledger.epsilon()[0] == pytest.approx(
+    accountant.get_epsilon(1e-5), rel=1e-5
+  )

@@ -386,6 +386,13 @@ def test_ddgauss_full_cohort_is_the_curve_by_hand(mode):
     ORDERS, 10 * ORDERS * c**2 / 2, 1e-5
   )
   assert ledger.epsilon()[0] == pytest.approx(want, rel=1e-12)
+  # Independently: the curve is a Gaussian's of multiplier 1 / c, so
+  # dp_accounting's own accountant on that Gaussian gives the same epsilon.
+  accountant = dp_accounting.rdp.RdpAccountant()
+  accountant.compose(dp_accounting.GaussianDpEvent(1 / c), 10)
+  assert ledger.epsilon()[0] == pytest.approx(
+    accountant.get_epsilon(1e-5), rel=1e-9
+  )
 
 
 def test_pld_reasons():

@@ -25,6 +25,7 @@ from tff_dp import contexts
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
 from tff_dp.aggregators import finite_guard
@@ -60,6 +61,11 @@ def _process(name):
   contexts.set_simulation_context()
   factories = {
     'dp_fedavg': dp_fedavg.gaussian_fixed(0.0, 1, CLIP),
+    # With the DP fraction clipped (its count's noise is not zero; the sum's
+    # is, so the result is still the client's contribution).
+    'dp_fedavg_fraction': dp_fedavg.gaussian_fixed(
+      0.0, 1, CLIP, clipped_fraction_stddev=1.0
+    ),
     'dp_randagg': dp_randagg.DPRandAggFactory(
       0.0, 1, CLIP, num_coordinates=9, seed=1
     ),
@@ -110,7 +116,14 @@ SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
 
 
 @pytest.mark.parametrize(
-  'name', ['dp_fedavg', 'dp_randagg', 'dp_randagg_payload', 'fl_top']
+  'name',
+  [
+    'dp_fedavg',
+    'dp_fedavg_fraction',
+    'dp_randagg',
+    'dp_randagg_payload',
+    'fl_top',
+  ],
 )
 @SETTINGS
 @given(flat=vectors)
@@ -336,3 +349,21 @@ def test_cmp_fed_u_overflow_aligned_with_v0_at_the_cnn_dense_size(layout):
   assert norms['v_norm'] <= 0.3 * (1 + 1e-4)
   result = np.concatenate([np.ravel(r) for r in out.result])
   assert np.all(np.isfinite(result))
+
+
+@SETTINGS
+@given(flat=vectors)
+def test_clipped_fraction_count_moves_by_at_most_half(flat):
+  # The count's ledger event is GaussianDpEvent(stddev / 0.5): one client's
+  # indicator record must be -0.5 or +0.5 whatever it sends, and its sum
+  # record within the clip.
+  query = dp_queries.ClippedFractionSumQuery(CLIP, 0.0, 0.0, 1.0, seed=0)
+  params = query.derive_sample_params(query.initial_global_state())
+  record = query.preprocess_record(params, _split(flat))
+  assert float(record.count_state) in (-0.5, 0.5)
+  clipped = [np.asarray(r) for r in record.sum_state]
+  assert all(np.all(np.isfinite(r)) for r in clipped)
+  assert _norm(clipped) <= CLIP * (1 + 1e-6)
+  big = np.isfinite(flat).all() and np.linalg.norm(flat.astype(np.float64))
+  if big and big > CLIP * 1.01:
+    assert float(record.count_state) == 0.5
