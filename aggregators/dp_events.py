@@ -1,27 +1,35 @@
 """Reading the DP event that a round of these aggregators released.
 
-`round_event(state)` is the round's one event, read from the aggregator
-state after `next` (for a learning process, `state.aggregator`): TFF's
-`extract_dp_event_from_state`
-(`tensorflow_federated.python.aggregators.differential_privacy`; TFF 0.87
-does not export it as `tff.aggregators`) applied to every
-`DPAggregatorState` nested in it, composed when there are several (CMP-Fed's
-two phases release on the same cohort in the same round, so they are one
-round's event, sampled once). It reads `dp_fedavg.gaussian_fixed`,
-`.gaussian_adaptive`, `dp_randagg.DPRandAggFactory` and `cmp_fed.cmp_fed`.
-It raises, rather than return nothing, for a state it cannot account:
-  * DDGauss (its TFF state holds an `UnsupportedDpEvent`): use
-    `ddgauss.round_event_from_measurements(output.metrics['aggregator'])`;
-  * DPSFL and DPSFL-AC (no DP state): use `factory.round_event()`;
-  * a non-private factory (UV-Fed, FetchSGD, non-private DPRandAgg).
-The event is before sampling: `tff_dp.privacy.PrivacyLedger.record` wraps
-it in the sampling that ran and composes the rounds.
+`released_event(factory, state, measurements)` is the one reader: it takes
+the factory that built the aggregator, the aggregator's state after `next`
+and that round's aggregator measurements (for a learning process,
+`state.aggregator` and `output.metrics['aggregator']`), and returns the
+round's event before sampling; `tff_dp.privacy.PrivacyLedger.record`
+wraps it in the sampling that ran and composes the rounds. It works for
+every factory in `tff_dp.aggregators`, bare, weighted (`.weighted()`) or
+guarded (`finite_guard.FiniteGuardFactory`):
+
+  * factories with a TFF DP state (`dp_fedavg`, `dp_randagg`, `cmp_fed`,
+    `blur_lus`, FL-TOP-DP): TFF's `extract_dp_event_from_state` on every
+    `DPAggregatorState` nested in the state, composed when there are
+    several (CMP-Fed's two phases release on one cohort in one round);
+  * factories whose state holds no accountable event define
+    `released_event(state, measurements)` themselves: DPSFL and DPSFL-AC
+    (their event is fixed at construction) and DDGauss (read from the
+    noise scale, sensitivity and dimension that ran, in its measurements);
+  * a non-private factory (UV-Fed, FetchSGD, DPRandAgg without noise)
+    raises: it releases no event.
 """
+
+from typing import NamedTuple, Optional
 
 import attr
 import dp_accounting
 
 from tff_dp.aggregators import _tff_private
+
+# Where TFF's `DifferentiallyPrivateFactory` puts its query's metrics.
+DP_QUERY_METRICS = 'dp_query_metrics'
 
 
 def to_python_numbers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
@@ -99,16 +107,86 @@ def round_event(state) -> dp_accounting.DpEvent:
   if not events:
     raise ValueError(
       'This aggregator state holds no DP state, so no event can be read '
-      'from it: a DPSFL factory states its event as factory.round_event(); '
-      'a non-private factory (UV-Fed, FetchSGD, DPRandAgg without noise) '
-      'releases none.'
+      'from it: a DPSFL factory states its event as factory.round_event() '
+      '(dp_events.released_event(factory, state, measurements) reads every '
+      'factory); a non-private factory (UV-Fed, FetchSGD, DPRandAgg without '
+      'noise) releases none.'
     )
   if any(isinstance(e, dp_accounting.UnsupportedDpEvent) for e in events):
     raise ValueError(
       'This aggregator state holds an UnsupportedDpEvent (TFF records one '
       'for DDGauss): read its event with '
-      "ddgauss.round_event_from_measurements(output.metrics['aggregator'])."
+      'dp_events.released_event(factory, state, measurements), which '
+      'calls ddgauss.round_event_from_measurements(measurements).'
     )
   return (
     events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+  )
+
+
+def released_event(factory, state, measurements) -> dp_accounting.DpEvent:
+  """The DP event one round of `factory`'s aggregator released.
+
+  Args:
+    factory: The aggregation factory the process was built with (bare,
+      `.weighted()` or `FiniteGuardFactory`-wrapped).
+    state: The aggregator's state after `next` (`state.aggregator` of a
+      learning process).
+    measurements: That round's aggregator measurements
+      (`output.metrics['aggregator']`).
+
+  Returns:
+    The round's event before sampling (replace-one or add/remove-one, as
+    the factory's contract says).
+
+  Raises:
+    ValueError: If the factory releases no event (non-private), or its
+      state holds none to read.
+  """
+  factory = unwrap(factory)
+  own = getattr(factory, 'released_event', None)
+  if own is not None:
+    return own(state, measurements)
+  return round_event(state)
+
+
+def unwrap(factory):
+  """The factory inside the weighting and non-finite wrappers."""
+  while True:
+    inner = getattr(factory, 'unweighted', None) or getattr(
+      factory, 'guarded', None
+    )
+    if inner is None:
+      return factory
+    factory = inner
+
+
+class ReleasedValues(NamedTuple):
+  """What a round reports beside its event, read from its measurements.
+
+  Attributes:
+    clip: The clip the round ran with, where the aggregator reports it
+      (adaptive clipping's current clip, DPSFL-AC's clip); None otherwise.
+    dp_fraction_clipped: The DP estimate of the fraction of clients clipped
+      (`dp_fedavg.gaussian_fixed(clipped_fraction_stddev=...)`), charged to
+      the round's event; None when not released.
+  """
+
+  clip: Optional[float]
+  dp_fraction_clipped: Optional[float]
+
+
+def released_values(measurements) -> ReleasedValues:
+  """The clip and DP fraction clipped a round reports (`ReleasedValues`).
+
+  Args:
+    measurements: The round's aggregator measurements
+      (`output.metrics['aggregator']` of a learning process).
+  """
+  query = measurements.get(DP_QUERY_METRICS) or {}
+  clip = query.get('clip', measurements.get('clip'))
+  fraction = query.get('dp_fraction_clipped')
+  return ReleasedValues(
+    clip=None if clip is None else float(clip),
+    dp_fraction_clipped=None if fraction is None else float(fraction),
   )

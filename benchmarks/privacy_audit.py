@@ -8,13 +8,14 @@ them that many times as far as its ledger allows). `tff_dp.audit`
 estimates mu and epsilon from the releases, with one-sided bounds at
 level `--confidence` each (`mu lower`, `mu upper`; together a 90%
 interval at 0.95). Each round's DP event is read the way the runner reads
-it (`tff_dp.training.released_event`: from the aggregator state, from
-DDGauss's measurements, or as the method declares it; `recorded event`
-is the last round's) and recorded in a `tff_dp.privacy.PrivacyLedger` of
-the canaries' Poisson sampling; `ledger` is that ledger's epsilon, the
-smaller of its RDP and PLD values (DDGauss has RDP only). The verdict
-flags a row when `epsilon lower` exceeds the ledger (a correct mechanism
-passes with probability >= `--confidence`) or when its noise is reused.
+it (`tff_dp.aggregators.dp_events.released_event`: from the aggregator
+state, or as the factory declares it, from its measurements for DDGauss;
+`recorded event` is the last round's) and recorded in a
+`tff_dp.privacy.PrivacyLedger` of the canaries' Poisson sampling;
+`ledger` is that ledger's epsilon, the smaller of its RDP and PLD values
+(DDGauss has RDP only). The verdict flags a row when `epsilon lower`
+exceeds the ledger (a correct mechanism passes with probability >=
+`--confidence`) or when its noise is reused.
 
 Committed settings (the flags' defaults): z = 2, delta 1e-5, confidence
 0.95, 300 canaries at 3 x the clip, tensor 200 x 100, `--rounds` 4 with

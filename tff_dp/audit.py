@@ -33,13 +33,14 @@ What the audit compares against, and how:
   them at the clip (the shift the ledger allows), one that does not clip
   shifts them three times as far.
 * The ledger's own event path. Every round's event is read the way the
-  runner reads it (`tff_dp.training.released_event`: from the aggregator
-  state, from its measurements for DDGauss, or as the method declares
-  it) and recorded in a `tff_dp.privacy.PrivacyLedger` of the sampling
-  that ran; the ledger epsilon is that ledger's `epsilon()`, the smaller
-  of its RDP and PLD values (both are upper bounds). A bug that also
-  misstates the event (half the noise, and an event that says full
-  noise) is caught; one whose event honestly says what ran is not a bug.
+  runner reads it (`tff_dp.aggregators.dp_events.released_event`: from
+  the aggregator state, or as the factory declares it, from its
+  measurements for DDGauss) and recorded in a
+  `tff_dp.privacy.PrivacyLedger` of the sampling that ran; the ledger
+  epsilon is that ledger's `epsilon()`, the smaller of its RDP and PLD
+  values (both are upper bounds). A bug that also misstates the event
+  (half the noise, and an event that says full noise) is caught; one
+  whose event honestly says what ran is not a bug.
 * Sampling. With `sampling_rate` q < 1 each canary takes part in each
   round independently with probability q (null directions never), and
   the ledger records Poisson-sampled events. A canary's shift is then
@@ -83,7 +84,6 @@ noise multiplier while declaring the full one: the audit's calibration
 (`tests/tff_dp/audit_test.py`, `benchmarks/privacy_audit.py`).
 """
 
-import collections
 import dataclasses
 import math
 from typing import Any, Callable, Optional, Sequence, Union
@@ -98,7 +98,7 @@ import tensorflow_privacy as tfp
 
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
-from tff_dp import training
+from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import finite_guard
@@ -548,26 +548,15 @@ def audit_aggregator(
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
   """
-  _check_ints(
-    ('dim', dim, 1), ('num_canaries', num_canaries, 2), ('rounds', rounds, 1)
+  _check_audit_args(
+    dim, num_canaries, rounds, canary_norm, delta, confidence, sampling_rate
   )
-  _check_confidence(confidence)
-  _check_positive('canary_norm', canary_norm)
-  if not 0 < delta < 1:
-    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
-  if not (isinstance(sampling_rate, (int, float)) and 0 < sampling_rate <= 1):
-    raise ValueError(
-      f'sampling_rate must be in (0, 1]. Found {sampling_rate!r}.'
-    )
   probe = probe or Probe()
   shape = _shape(shape, dim)
   rng = np.random.default_rng(seed)
   directions = _unit_directions(rng, 2 * num_canaries, dim)
   canaries = directions[:num_canaries]
-  if sampling_rate == 1:
-    takes_part = np.ones((rounds, num_canaries), bool)
-  else:
-    takes_part = rng.random((rounds, num_canaries)) < sampling_rate
+  takes_part = _participation(rng, rounds, num_canaries, sampling_rate)
   cohorts = [canary_norm * canaries[mask] for mask in takes_part]
   releases, events = _run_rounds(aggregator, shape, cohorts, probe, event_fn)
   projections = _embedded(directions, probe) @ sum(releases)
@@ -579,14 +568,68 @@ def audit_aggregator(
   )
   eps_rdp = eps_pld = float('nan')
   if event_fn is not None:
-    ledger = privacy.PrivacyLedger(
-      privacy.Sampling('poisson', int(num_canaries), rate=float(sampling_rate)),
-      delta,
+    eps_rdp, eps_pld = _ledger_epsilon(
+      events, num_canaries, sampling_rate, delta
     )
-    for event in events:
-      ledger.record(event)
-    eps_rdp, eps_pld = ledger.epsilon()
   return AuditResult(
+    **_shift_fields(shift, delta),
+    num_canaries=num_canaries,
+    rounds=rounds,
+    sampling_rate=float(sampling_rate),
+    canary_norm=float(canary_norm),
+    participation=float(takes_part.mean()),
+    events=tuple(events),
+    ledger_epsilon_rdp=float(eps_rdp),
+    ledger_epsilon_pld=float(eps_pld),
+  )
+
+
+def _check_audit_args(
+  dim, num_canaries, rounds, canary_norm, delta, confidence, sampling_rate
+) -> None:
+  """`audit_aggregator`'s argument checks (ValueError naming the range)."""
+  _check_ints(
+    ('dim', dim, 1), ('num_canaries', num_canaries, 2), ('rounds', rounds, 1)
+  )
+  _check_confidence(confidence)
+  _check_positive('canary_norm', canary_norm)
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  if not (isinstance(sampling_rate, (int, float)) and 0 < sampling_rate <= 1):
+    raise ValueError(
+      f'sampling_rate must be in (0, 1]. Found {sampling_rate!r}.'
+    )
+
+
+def _participation(
+  rng: np.random.Generator, rounds: int, num_canaries: int, sampling_rate
+) -> np.ndarray:
+  """`[rounds, num_canaries]` booleans: who takes part in which round.
+
+  Draws from `rng` only when `sampling_rate` < 1 (Poisson participation).
+  """
+  if sampling_rate == 1:
+    return np.ones((rounds, num_canaries), bool)
+  return rng.random((rounds, num_canaries)) < sampling_rate
+
+
+def _ledger_epsilon(
+  events, num_canaries: int, sampling_rate, delta: float
+) -> tuple[float, float]:
+  """(RDP, PLD) epsilon of `events` in a Poisson-sampled ledger of the
+  canaries at `sampling_rate`."""
+  ledger = privacy.PrivacyLedger(
+    privacy.Sampling('poisson', int(num_canaries), rate=float(sampling_rate)),
+    delta,
+  )
+  for event in events:
+    ledger.record(event)
+  return ledger.epsilon()
+
+
+def _shift_fields(shift: ShiftEstimate, delta: float) -> dict[str, Any]:
+  """`AuditResult`'s estimate fields from a shift interval, at `delta`."""
+  return dict(
     epsilon_estimate=gdp_epsilon(shift.mu, delta),
     epsilon_lower=gdp_epsilon(shift.mu_lower, delta),
     epsilon_upper=gdp_epsilon(shift.mu_upper, delta),
@@ -599,35 +642,36 @@ def audit_aggregator(
     observed_std=shift.observed_std,
     null_mean=shift.null_mean,
     null_std=shift.null_std,
-    num_canaries=num_canaries,
-    rounds=rounds,
-    sampling_rate=float(sampling_rate),
-    canary_norm=float(canary_norm),
-    participation=float(takes_part.mean()),
-    events=tuple(events),
-    ledger_epsilon_rdp=float(eps_rdp),
-    ledger_epsilon_pld=float(eps_pld),
   )
-
-
-_ServerState = collections.namedtuple('_ServerState', ['aggregator'])
 
 
 def runner_event_fn(
   method: methods_lib.Method, params: methods_lib.MethodParams
 ) -> EventFn:
-  """Reads a round's event as the runner does (`training.released_event`).
-
-  The aggregator's state and measurements stand where a learning
-  process's `state.aggregator` and `metrics['aggregator']` would.
-  """
+  """Reads a round's event as the runner does: `dp_events.released_event`
+  of the method's aggregator (`method_aggregator`), its state and its
+  measurements."""
+  factory = method_aggregator(method, params)
 
   def event_fn(state, measurements) -> dp_accounting.DpEvent:
-    return training.released_event(
-      method, params, _ServerState(state), {'aggregator': measurements}
-    )
+    return dp_events.released_event(factory, state, measurements)
 
   return event_fn
+
+
+class DeclaredEventFactory(tff.aggregators.UnweightedAggregationFactory):
+  """`inner`'s aggregation, declaring `event` as each round's release
+  (`dp_events.released_event`) whatever ran: a planted ledger bug."""
+
+  def __init__(self, inner, event: dp_accounting.DpEvent):
+    self._inner, self._event = inner, event
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    return self._inner.create(value_type)
+
+  def released_event(self, state, measurements) -> dp_accounting.DpEvent:
+    del state, measurements
+    return self._event
 
 
 def method_aggregator(
@@ -795,17 +839,7 @@ def noise_reuse_check(
   Raises:
     ValueError: On a bad argument, naming it and its allowed range.
   """
-  _check_ints(
-    ('dim', dim, 1), ('num_canaries', num_canaries, 1), ('rounds', rounds, 2)
-  )
-  if not 0 < alpha < 1:
-    raise ValueError(f'alpha must be in (0, 1). Found {alpha!r}.')
-  _check_positive('canary_norm', canary_norm)
-  if dim <= rounds * num_canaries:
-    raise ValueError(
-      f'dim must be > rounds * num_canaries = {rounds * num_canaries}. '
-      f'Found {dim!r}.'
-    )
+  _check_reuse_args(dim, num_canaries, rounds, canary_norm, alpha)
   probe = probe or Probe()
   shape = _shape(shape, dim)
   rng = np.random.default_rng(seed)
@@ -815,29 +849,10 @@ def noise_reuse_check(
     for t in range(rounds)
   ]
   images = _embedded(canaries, probe)
-  if images.shape[1] <= rounds * num_canaries:
-    raise ValueError(
-      f'The release has {images.shape[1]} scalars: it must have more than '
-      f'rounds * num_canaries = {rounds * num_canaries}.'
-    )
-  basis, _ = np.linalg.qr(images.T)
-  # 1 - leverage: the share of a coordinate's variance the projection keeps.
-  kept = np.maximum(1 - np.sum(basis**2, axis=1), 1e-12)
+  basis, kept = _canary_span(images)
   releases, _ = _run_rounds(aggregator, shape, cohorts, probe, None)
   residuals = [r - basis @ (basis.T @ r) for r in releases]
-  corr = np.eye(rounds)
-  z = np.zeros((rounds, rounds))
-  for s in range(rounds):
-    for t in range(s + 1, rounds):
-      x, y = residuals[s], residuals[t]
-      norms = np.linalg.norm(x) * np.linalg.norm(y)
-      scale = math.sqrt(float(np.sum((x * y) ** 2 / kept)))
-      if norms == 0 or scale == 0:
-        corr[s, t], z[s, t] = 1.0, float('inf')
-      else:
-        corr[s, t] = float(x @ y) / norms
-        z[s, t] = float(x @ y) / scale
-      corr[t, s], z[t, s] = corr[s, t], z[s, t]
+  corr, z = _pairwise_statistics(residuals, kept)
   pairs = rounds * (rounds - 1) // 2
   threshold = float(stats.norm.isf(alpha / (2 * pairs)))
   off = ~np.eye(rounds, dtype=bool)
@@ -853,6 +868,63 @@ def noise_reuse_check(
     rounds=rounds,
     residual_dim=images.shape[1] - rounds * num_canaries,
   )
+
+
+def _check_reuse_args(dim, num_canaries, rounds, canary_norm, alpha) -> None:
+  """`noise_reuse_check`'s argument checks (ValueError naming the range)."""
+  _check_ints(
+    ('dim', dim, 1), ('num_canaries', num_canaries, 1), ('rounds', rounds, 2)
+  )
+  if not 0 < alpha < 1:
+    raise ValueError(f'alpha must be in (0, 1). Found {alpha!r}.')
+  _check_positive('canary_norm', canary_norm)
+  if dim <= rounds * num_canaries:
+    raise ValueError(
+      f'dim must be > rounds * num_canaries = {rounds * num_canaries}. '
+      f'Found {dim!r}.'
+    )
+
+
+def _canary_span(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """An orthonormal basis of the canaries' images, and 1 - leverage.
+
+  Raises:
+    ValueError: If the release has no more scalars than there are images.
+  """
+  if images.shape[1] <= images.shape[0]:
+    raise ValueError(
+      f'The release has {images.shape[1]} scalars: it must have more than '
+      f'rounds * num_canaries = {images.shape[0]}.'
+    )
+  basis, _ = np.linalg.qr(images.T)
+  # 1 - leverage: the share of a coordinate's variance the projection keeps.
+  kept = np.maximum(1 - np.sum(basis**2, axis=1), 1e-12)
+  return basis, kept
+
+
+def _pairwise_statistics(
+  residuals: Sequence[np.ndarray], kept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+  """(cosines, self-normalized z) of every pair of rounds' residuals.
+
+  `kept` is 1 - leverage per coordinate (`NoiseReuseResult`). A pair
+  with a zero residual or scale counts as identical noise (1, inf).
+  """
+  rounds = len(residuals)
+  corr = np.eye(rounds)
+  z = np.zeros((rounds, rounds))
+  for s in range(rounds):
+    for t in range(s + 1, rounds):
+      x, y = residuals[s], residuals[t]
+      norms = np.linalg.norm(x) * np.linalg.norm(y)
+      scale = math.sqrt(float(np.sum((x * y) ** 2 / kept)))
+      if norms == 0 or scale == 0:
+        corr[s, t], z[s, t] = 1.0, float('inf')
+      else:
+        corr[s, t] = float(x @ y) / norms
+        z[s, t] = float(x @ y) / scale
+      corr[t, s], z[t, s] = corr[s, t], z[s, t]
+  return corr, z
 
 
 class _PlantedGaussianSumQuery(dp_queries.SeededGaussianSumQuery):
@@ -943,8 +1015,9 @@ def planted_method(bug: str) -> methods_lib.Method:
 def with_half_noise(method: methods_lib.Method) -> methods_lib.Method:
   """`method` built with half its noise multiplier, declaring the full one.
 
-  The recorded event is `method.round_event(z, params)` (the params' z),
-  so the ledger claims twice the noise that runs. Not registered.
+  Its factory declares `method.round_event(z, params)` (the params' z) as
+  its release (`DeclaredEventFactory`), so the ledger claims twice the
+  noise that runs. Not registered.
 
   Raises:
     ValueError: If the method declares no round event (not private).
@@ -953,8 +1026,11 @@ def with_half_noise(method: methods_lib.Method) -> methods_lib.Method:
     raise ValueError(f'Method {method.name!r} declares no round event.')
 
   def build(p: methods_lib.MethodParams):
-    return method.build_aggregator(
-      dataclasses.replace(p, noise_multiplier=p.noise_multiplier / 2)
+    return DeclaredEventFactory(
+      method.build_aggregator(
+        dataclasses.replace(p, noise_multiplier=p.noise_multiplier / 2)
+      ),
+      method.round_event(p.noise_multiplier, p),
     )
 
   return dataclasses.replace(
@@ -962,6 +1038,4 @@ def with_half_noise(method: methods_lib.Method) -> methods_lib.Method:
     name=f'{method.name}_planted_half_noise',
     description=f'{method.description} Planted bug: half the noise.',
     build_aggregator=build,
-    event_from_state=False,
-    event_from_measurements=None,
   )

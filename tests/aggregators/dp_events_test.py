@@ -18,6 +18,7 @@ from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import finite_guard
 
 TYPE = tff.StructWithPythonType(
   [tff.TensorType(np.float32, (6, 4)), tff.TensorType(np.float32, (4,))], list
@@ -153,3 +154,82 @@ def test_initial_state_is_refused():
   process = dp_fedavg.gaussian_fixed(Z, 3, 1.0).create(TYPE)
   with pytest.raises(Exception, match='initialize'):
     dp_events.round_event(process.initialize())
+
+
+def _released(factory, clients=None):
+  process = factory.create(TYPE)
+  out = process.next(process.initialize(), clients or _clients())
+  return dp_events.released_event(factory, out.state, out.measurements), out
+
+
+@pytest.mark.parametrize('wrap', ['bare', 'guarded'])
+def test_released_event_reads_every_private_factory(wrap):
+  def wrapped(factory):
+    if wrap == 'guarded':
+      return finite_guard.FiniteGuardFactory(factory)
+    return factory
+
+  # A TFF DP state: its event, as round_event reads it.
+  event, _ = _released(wrapped(dp_fedavg.gaussian_fixed(Z, 3, 1.0)))
+  assert event == G(Z)
+  # CMP-Fed: its two phases composed.
+  event, _ = _released(
+    wrapped(
+      cmp_fed.cmp_fed(
+        2, noise_multiplier=Z, clients_per_round=3, clip_u=1.0, clip_v=1.0
+      )
+    )
+  )
+  assert event == dp_accounting.ComposedDpEvent([G(Z), G(Z)])
+  # DPSFL: the event it was built with (no DP state).
+  sketch = dpsfl.dpsfl(
+    3, 16, 4, noise_multiplier=Z, clients_per_round=3, clip=1.0
+  )
+  event, _ = _released(wrapped(sketch))
+  assert event == sketch.round_event() == G(Z)
+  if wrap == 'guarded':
+    return  # The guarded DDGauss graph needs protobuf's Python backend.
+  # DDGauss: from the noise that ran, in its measurements.
+  factory = ddgauss.ddgauss_mean(Z, 2, 1.0, min_clients=2, bits=16)
+  event, out = _released(factory, _clients(2))
+  assert event == ddgauss.round_event_from_measurements(out.measurements)
+  assert isinstance(event, ddgauss.DiscreteGaussianSumDpEvent)
+
+
+def test_released_event_reads_a_weighted_factory_and_refuses_a_non_private():
+  factory = dp_fedavg.gaussian_fixed(Z, 3, 1.0)
+  weighted = factory.weighted()
+  process = weighted.create(TYPE, tff.TensorType(np.float32))
+  out = process.next(process.initialize(), _clients(), [1.0, 2.0, 3.0])
+  assert dp_events.unwrap(weighted) is factory
+  assert dp_events.released_event(weighted, out.state, out.measurements) == G(Z)
+  for factory, match in (
+    (cmp_fed.uv_fed(2), 'holds no DP state'),
+    (dpsfl.fetchsgd(3, 16, 4), 'FetchSGD releases no DP event'),
+  ):
+    process = factory.create(TYPE)
+    out = process.next(process.initialize(), _clients())
+    with pytest.raises(ValueError, match=match):
+      dp_events.released_event(factory, out.state, out.measurements)
+
+
+def test_released_values_read_the_clip_and_the_dp_fraction_clipped():
+  adaptive = dp_fedavg.gaussian_adaptive(
+    Z, 3, initial_clip=1.0, clipped_count_stddev=2.0
+  )
+  process = adaptive.create(TYPE)
+  out = process.next(process.initialize(), _clients())
+  values = dp_events.released_values(out.measurements)
+  assert values.clip == pytest.approx(
+    float(out.measurements['dp_query_metrics']['clip'])
+  )
+  assert values.dp_fraction_clipped is None
+  fixed = dp_fedavg.gaussian_fixed(Z, 3, 1.0, clipped_fraction_stddev=4.0)
+  process = fixed.create(TYPE)
+  out = process.next(process.initialize(), _clients())
+  values = dp_events.released_values(out.measurements)
+  assert values.clip == 1.0  # Its query reports the fixed clip too.
+  assert values.dp_fraction_clipped == float(
+    out.measurements['dp_query_metrics']['dp_fraction_clipped']
+  )
+  assert dp_events.released_values({}) == (None, None)

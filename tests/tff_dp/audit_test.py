@@ -185,9 +185,10 @@ def test_missing_clip_is_unseen_by_canaries_at_the_clip():
 
 def test_declared_event_half_noise_is_flagged():
   # A method built with half its multiplier that declares the full one:
-  # the ledger records the declared event (the runner's fallback path).
+  # the ledger records the event its factory declares.
   method = audit.with_half_noise(methods_lib.METHODS['dp_fedavg'])
-  assert not method.event_from_state
+  factory = audit.method_aggregator(method, _params())
+  assert isinstance(factory.guarded, audit.DeclaredEventFactory)
   result = _audit_method(method)
   assert result.events == (dp_accounting.GaussianDpEvent(Z),) * ROUNDS
   assert result.flagged
@@ -195,7 +196,7 @@ def test_declared_event_half_noise_is_flagged():
 
 def test_ledger_epsilon_is_the_privacy_ledger_of_the_recorded_events():
   # The events come from the aggregator state (dp_events.round_event, as
-  # training.released_event reads them) and the epsilon from a
+  # dp_events.released_event reads them) and the epsilon from a
   # PrivacyLedger of the canaries' sampling fed exactly those events.
   for rate, rounds in ((1.0, 2), (0.5, 3)):
     result = _audit_method(
