@@ -10,103 +10,37 @@ from typing import Any, Optional
 from absl import logging
 
 from tff_dp import methods as methods_lib
-from tff_dp import public_data
-from tff_dp import tasks as tasks_lib
+from tff_dp.methods import settings
 
 # Settings that say where and how fast a run goes, or what it may do, not
 # what it computes: a resume may change them (`outputs.check_same_config`).
-EXECUTION_ONLY = (
-  'allow_noise_seed_reuse',
-  'fuse_client_work',
-  'workers',
-  'local_workers',
-  'max_concurrent_computation_calls',
-  'intra_op_threads',
-  'inter_op_threads',
+EXECUTION_ONLY = tuple(
+  f.name for f in settings.fields_where(settings.EXECUTION_ONLY)
 )
+
+# 'h1:p1,h2:p2' -> ['h1:p1', 'h2:p2'], checked (the --workers setting).
+parse_workers = settings.parse_workers
 
 
 @dataclasses.dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentConfig(settings.RunSettings):
   """Everything a run depends on; recorded in `summary.json`.
 
-  Sampling: `client_sampling_rate` (Poisson, each client with probability
-  q) or `clients_per_round` (fixed-size, uniform without replacement); if
-  neither is set, 10 clients are expected per round (Poisson for private
-  methods, fixed-size otherwise). Noise (private methods):
-  `noise_multiplier`, or `target_epsilon` with `delta` to calibrate it.
-
-  The fields are what every run has; `options` holds the chosen method's
-  own (its `Method.options` dataclass, `tff_dp/methods/`). `create` and
-  `replace` take both by flag name, and `to_dict` writes both flat, as the
-  flags are named.
+  The settings every run has (`settings.RunSettings`, each declared once
+  there with its default, help and check) and `options`: the chosen
+  method's own (its `Method.options` dataclass, `tff_dp/methods/`).
+  `create` and `replace` take both by flag name, and `to_dict` writes both
+  flat, as the flags are named. Each value is checked on creation; the
+  checks that join several settings run in `validate`.
   """
 
-  task: str = 'fashion_mnist_iid'
-  method: str = 'dp_fedavg'
-  rounds: int = 10
-  client_sampling_rate: Optional[float] = None
-  clients_per_round: Optional[int] = None
-  noise_multiplier: Optional[float] = None
-  target_epsilon: Optional[float] = None
-  delta: Optional[float] = None
-  accountant: str = 'rdp'
-  clip: float = 1.0
-  # FL-TOP's public batch on image tasks and seed 004's public-round clip:
-  # 10 random EMNIST digits from `seed`, or the first of each class (before
-  # #24; public_data.MODES, methods.LEGACY_DEFAULTS).
-  public_batch: str = 'random'
-  # Seed 004's clip rule: --clip is replaced by the update norm of one local
-  # round on the public batch (methods.PUBLIC_ROUND_CLIP_METHODS).
-  clip_from_public_round: bool = False
-  batch_size: int = 10
-  local_epochs: int = 1
-  local_steps: Optional[int] = None
-  client_lr: float = 0.05
-  client_momentum: float = 0.0
-  # Seed 001: the local lr "decays at a rate of 0.99 at each round"; 1: none.
-  client_lr_decay: float = 1.0
-  server_lr: float = 1.0
-  server_momentum: float = 0.0
-  seed: int = 0
-  # None: noise and sampling from OS entropy (secret); see the docstring.
-  noise_seed: Optional[int] = None
-  # How --clip was chosen, if from client data outside the ledger (recorded
-  # in the summary's privacy section), e.g. 'clip_from_fedavg'.
-  clip_source: Optional[str] = None
-  eval_every: int = 1
-  checkpoint_every: int = 10
-  max_concurrent_computation_calls: int = 3
-  intra_op_threads: int = 1
-  inter_op_threads: int = 4
-  device: Optional[str] = None
-  data_dir: Optional[str] = None
-  output_dir: Optional[str] = None
-  task_kwargs: tuple[tuple[str, Any], ...] = ()
-  # Non-private outputs (cohort sizes, train loss, pre-clip norms,
-  # timings, ...) are written to `non_private/` only when True; the
-  # default run writes only what the ledger covers (`outputs.split_row`).
-  release_non_private_metrics: bool = False
-  # With release_non_private_metrics: also the pre-clip update-norm
-  # diagnostics (computed only then).
-  update_diagnostics: bool = True
-  # Research only: let --noise_seed be reused for another configuration in
-  # the same output tree (`noise_seeds.check_and_register`); the guarantee
-  # then does not hold against anyone who sees both runs.
-  allow_noise_seed_reuse: bool = False
-  workers: Optional[str] = None
-  local_workers: int = 0
-  # Compile the round through MapReduceForm: one TF call per client
-  # (`tff_dp.fusion`; bit-identical results, falls back when not possible).
-  fuse_client_work: bool = False
   # The method's own options (`methods.METHODS[method].options`; None:
   # its defaults). `create` and `replace` take them by flag name.
   options: Optional[methods_lib.options.Options] = None
 
   def __post_init__(self):
-    method = methods_lib.METHODS.get(self.method)
-    if method is None:
-      return  # `validate` names the unknown method.
+    super().__post_init__()
+    method = methods_lib.METHODS[self.method]
     if self.options is None:
       object.__setattr__(self, 'options', method.options())
     elif type(self.options) is not method.options:
@@ -128,7 +62,7 @@ class ExperimentConfig:
     rest = {k: v for k, v in flat.items() if k not in common_names}
     method = methods_lib.METHODS.get(common.get('method', cls.method))
     if method is None:
-      return cls(**common)  # `validate` names the unknown method.
+      return cls(**common)  # Raises, naming the unknown method.
     return cls(**common, options=method_options(method, rest))
 
   def replace(self, **flat) -> 'ExperimentConfig':
@@ -159,79 +93,24 @@ class ExperimentConfig:
     """Every setting by its flag name (the noise seed's value included)."""
     return {**self._common(), **self.options_flat()}
 
-  def validate(self) -> None:
-    """Raises ValueError naming the bad value and its allowed range."""
-    if self.task not in tasks_lib.TASKS:
-      raise ValueError(
-        f'Unknown task {self.task!r}; choose one of '
-        f'{sorted(tasks_lib.TASKS)}.'
-      )
-    if self.method not in methods_lib.METHODS:
-      raise ValueError(
-        f'Unknown method {self.method!r}; choose one of '
-        f'{sorted(methods_lib.METHODS)}.'
-      )
-    for name in (
-      'rounds',
-      'batch_size',
-      'local_epochs',
-      'eval_every',
-      'checkpoint_every',
-    ):
-      check_int(name, getattr(self, name), 1)
-    if self.local_steps is not None:
-      check_int('local_steps', self.local_steps, 1)
-    check_int('seed', self.seed, 0)
-    if self.noise_seed is not None:
-      check_int('noise_seed', self.noise_seed, 0)
-    if self.client_sampling_rate is not None:
-      if self.clients_per_round is not None:
-        raise ValueError(
-          'Set client_sampling_rate (Poisson sampling) or '
-          'clients_per_round (fixed-size), not both.'
-        )
-      q = self.client_sampling_rate
-      if not (isinstance(q, (int, float)) and 0 < q <= 1):
-        raise ValueError(
-          f'client_sampling_rate must be in (0, 1]. Found {q!r}.'
-        )
-    if self.clients_per_round is not None:
-      check_int('clients_per_round', self.clients_per_round, 1)
-    for name in ('client_lr', 'server_lr', 'clip'):
-      check_float(name, getattr(self, name), positive=True)
-    d = self.client_lr_decay
-    if not (isinstance(d, (int, float)) and 0 < d <= 1):
-      raise ValueError(f'client_lr_decay must be in (0, 1]. Found {d!r}.')
-    for name in ('client_momentum', 'server_momentum'):
-      v = getattr(self, name)
-      if not 0 <= v < 1:
-        raise ValueError(f'{name} must be in [0, 1). Found {v!r}.')
-    if self.noise_multiplier is not None:
-      check_float('noise_multiplier', self.noise_multiplier, positive=False)
-      if self.target_epsilon is not None:
-        raise ValueError('Set noise_multiplier or target_epsilon, not both.')
-    if self.target_epsilon is not None:
-      check_float('target_epsilon', self.target_epsilon, positive=True)
-      if self.delta is None:
-        raise ValueError('target_epsilon needs delta: set --delta in (0, 1).')
-    if self.delta is not None and not 0 < self.delta < 1:
-      raise ValueError(f'delta must be in (0, 1). Found {self.delta!r}.')
-    if self.accountant not in ('rdp', 'pld'):
-      raise ValueError(
-        f"accountant must be 'rdp' or 'pld'. Found {self.accountant!r}."
-      )
-    if self.max_concurrent_computation_calls == 0 or (
-      self.max_concurrent_computation_calls < -1
+  def validate(self) -> 'ExperimentConfig':
+    """Checks the settings that depend on each other; returns the config.
+
+    Each value on its own is checked when the config is created; this
+    raises ValueError naming the values that do not go together, and runs
+    the method's own run checks and preflight.
+    """
+    if self.client_sampling_rate is not None and (
+      self.clients_per_round is not None
     ):
       raise ValueError(
-        'max_concurrent_computation_calls must be -1 (no cap) or >= 1. '
-        f'Found {self.max_concurrent_computation_calls!r}.'
+        'Set client_sampling_rate (Poisson sampling) or '
+        'clients_per_round (fixed-size), not both.'
       )
-    check_int('intra_op_threads', self.intra_op_threads, 0)
-    check_int('inter_op_threads', self.inter_op_threads, 0)
-    parse_workers(self.workers)  # Raises on a bad host:port.
-    check_int('local_workers', self.local_workers, 0)
-    public_data.check_mode(self.public_batch)
+    if self.noise_multiplier is not None and self.target_epsilon is not None:
+      raise ValueError('Set noise_multiplier or target_epsilon, not both.')
+    if self.target_epsilon is not None and self.delta is None:
+      raise ValueError('target_epsilon needs delta: set --delta in (0, 1).')
     method = methods_lib.METHODS[self.method]
     self.options.check_run(self)
     if self.clip_from_public_round:
@@ -257,6 +136,7 @@ class ExperimentConfig:
         '--noise_multiplier (>= 0) or --target_epsilon with '
         '--delta.'
       )
+    return self
 
   def to_dict(self) -> dict[str, Any]:
     """The config as written to config.json and summary.json.
@@ -307,22 +187,6 @@ def check_int(name, value, minimum):
 def check_float(name, value, *, positive):
   """Raises ValueError unless `value` is finite and > 0 (or >= 0)."""
   methods_lib.options.number(positive=positive)(name, value)
-
-
-def parse_workers(value: Optional[str]) -> list[str]:
-  """'h1:p1,h2:p2' -> ['h1:p1', 'h2:p2'] (checked)."""
-  if not value:
-    return []
-  out = []
-  for item in value.split(','):
-    host, sep, port = item.strip().rpartition(':')
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-      raise ValueError(
-        f'workers must be host:port items with a port in [1, 65535]. '
-        f'Found {item!r}.'
-      )
-    out.append(f'{host}:{int(port)}')
-  return out
 
 
 def check_output_dir(path: Optional[str]) -> Optional[pathlib.Path]:

@@ -9,6 +9,8 @@ import pytest
 from tff_dp import methods
 from tff_dp import run
 from tff_dp import training
+from tff_dp.methods import options as options_lib
+from tff_dp.methods import settings
 
 
 def test_parse_task_options():
@@ -99,8 +101,11 @@ def _each_flag_moves_its_field_alone() -> int:
       value = _valid_other_value(flag, methods.METHODS[method].options)
     elif flag.name == 'task_option':
       value = ['alpha=0.5', 'model=mlp']
+    elif flag.name == 'workers':
+      value = 'localhost:8000'  # Checked on creation: host:port items.
     else:
-      value = _other_value(flag)
+      # Each setting is checked on creation: a value it takes.
+      value = _valid_other_value(flag, settings.RunSettings)
     with flagsaver.flagsaver(**saved, **{flag.name: value}):
       config = run.config_from_flags()
     with flagsaver.flagsaver(**saved):
@@ -127,3 +132,54 @@ def _each_flag_moves_its_field_alone() -> int:
     assert moved == [field], (flag.name, moved)
     checked += 1
   return checked
+
+
+def _declared_settings():
+  """flag name -> declared field: the run settings, every method's options
+  and the runner's clip probe, each declared once."""
+  declared = {}
+  for cls in (settings.RunSettings, training.ClipProbe):
+    for f in options_lib.flag_fields(cls):
+      declared[options_lib.flag_name_of(f)] = f
+  for name, (f, _) in methods.option_fields().items():
+    assert name not in declared, name  # One declaration per name.
+    declared[name] = f
+  return declared
+
+
+def test_the_flags_are_the_declared_settings_with_their_defaults():
+  declared = _declared_settings()
+  run_flags = {flag.name: flag for flag in _run_flags()}
+  assert set(run_flags) == set(declared)
+  for name, flag in run_flags.items():
+    field = declared[name]
+    parse = options_lib.parser_of(field)
+    default = flag.default if parse is None else parse(flag.default or [])
+    assert default == field.default, name
+    assert options_lib.help_of(field) in flag.help, name
+  # The config is the run settings plus the method's options; its fields'
+  # defaults are the declarations'.
+  config_fields = {
+    f.name: f for f in dataclasses.fields(training.ExperimentConfig)
+  }
+  for f in dataclasses.fields(settings.RunSettings):
+    assert config_fields[f.name].default == f.default, f.name
+  assert set(config_fields) - {'options'} == {
+    f.name for f in dataclasses.fields(settings.RunSettings)
+  }
+
+
+def test_the_builders_params_derive_from_the_declared_settings():
+  params = {f.name: f for f in dataclasses.fields(methods.MethodParams)}
+  builders = settings.fields_where(settings.BUILDERS)
+  assert builders
+  for f in builders:
+    assert params[f.name].default == f.default, f.name
+    assert params[f.name].type == f.type, f.name
+  # Beside them only the values resolved for the run.
+  assert set(params) - {f.name for f in builders} == {
+    'num_model_params',
+    'expected_clients_per_round',
+    'noise_multiplier',
+    'options',
+  }

@@ -25,10 +25,11 @@ from tff_dp.methods import sketching  # noqa: F401,E402
 from tff_dp.methods import low_rank  # noqa: F401,E402
 from tff_dp.methods import clipping  # noqa: F401,E402
 
-# Every setting's legacy value (`registry.COMMON_LEGACY_DEFAULTS` and the
-# options' `legacy=`): what a saved config without the key ran with.
+# Every setting's legacy value (the run settings' and the options'
+# `legacy=`): what a saved config without the key ran with.
 LEGACY_DEFAULTS = registry.legacy_defaults()
-# The methods that take --clip_from_public_round (seed 004's clip rule).
+# The methods that take --clip_from_public_round (Kerkouche et al. 2021's
+# clip rule).
 PUBLIC_ROUND_CLIP_METHODS = tuple(
   name for name, m in METHODS.items() if m.public_round_clip
 )

@@ -1,5 +1,6 @@
-"""BLUR and LUS (seed 000): local training that shrinks the update (BLUR)
-or sparsifies it (LUS), aggregated by DP-FedAvg; options and entries."""
+"""BLUR and LUS (Cheng et al. 2022): local training that shrinks the update
+(BLUR) or sparsifies it (LUS), aggregated by DP-FedAvg; options and
+entries."""
 
 import dataclasses
 import math
@@ -28,8 +29,8 @@ class BlurOptions(options.Options):
 
   def check_run(self, config) -> None:
     if self.blur_lambda * config.client_lr >= 1:
-      # Seed 000, Lemma 2 (plain SGD): the update is pulled to the ball
-      # "with lambda < 1/eta_l"; above it a penalty step overshoots the
+      # Cheng et al. 2022, Lemma 2 (plain SGD): the update is pulled to the
+      # ball "with lambda < 1/eta_l"; above it a penalty step overshoots the
       # ball's centre. With client momentum the lemma does not apply and
       # only this necessary bound is checked.
       raise ValueError(
@@ -57,7 +58,7 @@ def _method(name, description, options_cls, build_client_work):
   """Local training `build_client_work` + DP-FedAvg aggregation.
 
   The update is sent dense through secure sum (LUS's zeros included, as in
-  seed 000), so it uploads the full float32 update.
+  Cheng et al. 2022), so it uploads the full float32 update.
   """
   return registry.Method(
     name=name,
@@ -67,7 +68,6 @@ def _method(name, description, options_cls, build_client_work):
     build_aggregator=dp_fedavg.fixed_clip_aggregator,
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,
-    event_from_state=True,
     build_client_work=build_client_work,
   )
 
@@ -75,8 +75,8 @@ def _method(name, description, options_cls, build_client_work):
 registry.register(
   _method(
     'blur',
-    'BLUR (seed 000): local hinge-squared proximal term '
-    'lambda/2 max(0, ||w - w_t||^2 - S^2) with S = --clip; DP-FedAvg.',
+    'BLUR (Cheng et al. 2022): proximal hinge '
+    'lambda/2 max(0, ||w - w_t||^2 - S^2), S = --clip; DP-FedAvg.',
     BlurOptions,
     lambda p, model_fn, opt: blur.build_blur_client_work(
       model_fn,
@@ -90,8 +90,8 @@ registry.register(
 registry.register(
   _method(
     'lus',
-    'LUS (seed 000): per-layer top-s of |grad * delta| after local '
-    'training, sparsity --lus_sparsity; DP-FedAvg.',
+    'LUS (Cheng et al. 2022): per-layer top-s of |grad * delta|, '
+    'sparsity --lus_sparsity; DP-FedAvg.',
     LusOptions,
     lambda p, model_fn, opt: lus.build_lus_client_work(
       model_fn,
@@ -104,7 +104,7 @@ registry.register(
 registry.register(
   _method(
     'blur_lus',
-    'BLUR and LUS together (seed 000, Alg. 2); DP-FedAvg.',
+    'BLUR and LUS together (Cheng et al. 2022, Alg. 2); DP-FedAvg.',
     BlurLusOptions,
     lambda p, model_fn, opt: lus.build_lus_client_work(
       model_fn,

@@ -1,4 +1,4 @@
-"""Model clipping and CE-FedAvg (seed 003): clip without noise; their
+"""Model clipping and CE-FedAvg (Zhang et al. 2022): clip without noise; their
 registry entries (no options beyond --clip)."""
 
 import tensorflow_federated as tff
@@ -10,9 +10,8 @@ registry.register(
   registry.Method(
     name='model_clip',
     description=(
-      'Model clipping (seed 003): each client clips its trained model to '
-      '--clip; the server averages the clipped models (no noise; keep the '
-      'server lr 1 and no server momentum).'
+      'Model clipping (Zhang et al. 2022): the mean of the client models '
+      'clipped to --clip, no noise; use server lr 1, no server momentum.'
     ),
     private=False,
     build_aggregator=lambda p: tff.aggregators.UnweightedMeanFactory(),
@@ -32,8 +31,8 @@ registry.register(
   registry.Method(
     name='ce_fedavg',
     description=(
-      'CE-FedAvg (seed 003): update-difference clipping to --clip, uniform '
-      'mean over participants, no noise.'
+      'CE-FedAvg (Zhang et al. 2022): the uniform mean of updates clipped '
+      'to --clip, no noise.'
     ),
     private=False,
     build_aggregator=lambda p: tff.aggregators.clipping_factory(

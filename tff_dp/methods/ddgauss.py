@@ -69,9 +69,8 @@ registry.register(
   registry.Method(
     name='ddgauss',
     description=(
-      'DDGauss (Kairouz et al. 2021): distributed discrete Gaussian with '
-      "threshold-gated secure sum (TFF's distributed-DP pipeline); "
-      'accounted by its RDP theorem with generic subsampling (no PLD).'
+      'DDGauss (Kairouz et al. 2021): distributed discrete Gaussian over '
+      "TFF's threshold-gated secure sum; RDP accounting only (no PLD)."
     ),
     private=True,
     options=DDGaussOptions,
@@ -86,6 +85,13 @@ registry.register(
     upload_bytes=lambda p: communication.packed_bits_bytes(
       2 * ((p.num_model_params + 1) // 2), p.options.ddgauss_bits
     ),
+    # The same event every round: h = min_clients - 1 shares, never the
+    # realised count (a round below min_clients is withheld). It is a
+    # `DiscreteGaussianSumDpEvent` (Kairouz et al.'s RDP curve), which the
+    # ledger amplifies with generic bounds; noise is calibrated through
+    # that accounting and only with the RDP accountant
+    # (`privacy.calibrate_noise_multiplier` refuses 'pld'). What ran is read
+    # from the measurements (`dp_events.released_event`).
     round_event=lambda z, p: ddgauss.planned_round_event(
       z,
       p.clip,
@@ -94,13 +100,6 @@ registry.register(
       p.options.ddgauss_bits,
       min_clients=p.options.ddgauss_min_clients,
     ),
-    # The same event every round: h = min_clients - 1 shares, never the
-    # realised count (a round below min_clients is withheld). It is a
-    # `DiscreteGaussianSumDpEvent` (Kairouz et al.'s RDP curve), which the
-    # ledger amplifies with generic bounds; noise is calibrated through
-    # that accounting (`round_event` above) and only with the RDP
-    # accountant (`privacy.calibrate_noise_multiplier` refuses 'pld').
-    event_from_measurements=ddgauss.round_event_from_measurements,
     preflight=_preflight,
     resolve=_resolve,
   )

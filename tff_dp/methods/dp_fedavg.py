@@ -75,18 +75,17 @@ registry.register(
   registry.Method(
     name='dp_fedavg',
     description=(
-      'DP-FedAvg with a fixed clip (McMahan et al. 2018): '
-      'clipped updates, Gaussian noise, uniform weights.'
+      'DP-FedAvg (McMahan et al. 2018): fixed clip, Gaussian noise, '
+      'uniform weights.'
     ),
     private=True,
     options=FixedClipOptions,
     build_aggregator=fixed_clip_aggregator,
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,
-    event_from_state=True,
-    # --clip_from_public_round: the full update of one public round (seed
-    # 004's FL-STD-DP: "when K = |T| = n, the scheme is equivalent to
-    # FL-STD").
+    # --clip_from_public_round: the full update of one public round
+    # (Kerkouche et al. 2021's FL-STD-DP: "when K = |T| = n, the scheme is
+    # equivalent to FL-STD").
     setup=public_round.clip_setup(lambda p, task: [None]),
     public_round_clip=True,
   )
@@ -112,6 +111,5 @@ registry.register(
     ),
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,  # The effective multiplier.
-    event_from_state=True,
   )
 )

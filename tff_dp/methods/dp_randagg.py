@@ -1,4 +1,5 @@
-"""DP-RandAgg (seed 001): its options and registry entry."""
+"""DP-RandAgg (the baseline of Guo et al. (CMP-Fed)): its options and
+registry entry."""
 
 import dataclasses
 
@@ -17,8 +18,9 @@ class RandAggOptions(options.Options):
   randagg_clip_scope: str = options.option(
     'update',
     'DP-RandAgg: clip the whole update to --clip before taking its k '
-    "coordinates (update, seed 001's baseline) or only the k-vector "
-    '(payload, runs before issue #24).',
+    'coordinates (update, as Guo et al. describe it) or only the k-vector '
+    '(payload). payload reproduces the 30-round DP-RandAgg rows of '
+    'benchmarks/results/seed001_iid.md and seed001_5labels.md.',
     choices=dp_randagg.CLIP_SCOPES,
     legacy='payload',
   )
@@ -32,8 +34,8 @@ registry.register(
   registry.Method(
     name='dp_randagg',
     description=(
-      'DP-RandAgg (seed 001): k shared random coordinates per round, '
-      'clipped, noised and secure-summed; --randagg_fraction = k/d.'
+      'DP-RandAgg (Guo et al.): k = --randagg_fraction x d shared random '
+      'coordinates, clipped, noised, secure-summed.'
     ),
     private=True,
     options=RandAggOptions,
@@ -50,6 +52,5 @@ registry.register(
     # The round's k coordinate indices (int32) come down with the model.
     extra_download_bytes=lambda p: 4 * num_coordinates(p),
     round_event=registry.gaussian,
-    event_from_state=True,
   )
 )

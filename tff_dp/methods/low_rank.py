@@ -1,4 +1,4 @@
-"""CMP-Fed and UV-Fed (seed 001): low-rank factors by power iteration;
+"""CMP-Fed and UV-Fed (Guo, Hu, Gong): low-rank factors by power iteration;
 their options and registry entries."""
 
 import dataclasses
@@ -20,23 +20,26 @@ class LowRankOptions(options.Options):
   cmp_layout: str = options.option(
     'out_in',
     "CMP-Fed/UV-Fed: U on each kernel's output side (out_in, PyTorch's and "
-    "PowerSGD's), input side (in_out, runs before issue #24) or smaller "
-    'side.',
+    "PowerSGD's), input side (in_out) or smaller side (min_side). in_out "
+    'reproduces the 30-round CMP-Fed and UV-Fed rows of '
+    'benchmarks/results/seed001_iid.md and seed001_5labels.md.',
     choices=cmp_fed.LAYOUTS,
     legacy='in_out',
   )
   cmp_vectors_phase: str = options.option(
     'v',
-    'CMP-Fed/UV-Fed: the phase whose clipped payload carries the biases: v '
-    '(under --cmp_clip_v) or u (under --cmp_clip_u; runs before issue #24).',
+    'CMP-Fed/UV-Fed: the phase whose payload carries the biases, v (under '
+    '--cmp_clip_v) or u (under --cmp_clip_u). u reproduces the 30-round '
+    'CMP-Fed and UV-Fed rows of benchmarks/results/seed001_iid.md and '
+    'seed001_5labels.md.',
     choices=cmp_fed.VECTOR_PHASES,
     legacy='u',
   )
   cmp_dense_below: int = options.option(
     0,
     'CMP-Fed/UV-Fed: kernels with fewer entries than this are sent dense '
-    "with the biases, not factorised (ours, not the seed's; 0: every "
-    'kernel factorised).',
+    "with the biases, not factorised (ours, not the paper's; an integer "
+    '>= 0; 0: every kernel factorised).',
     check=options.integer(0),
   )
   # The model's trainable shapes (setup).
@@ -100,12 +103,11 @@ def _method(name: str) -> registry.Method:
   return registry.Method(
     name=name,
     description=(
-      'CMP-Fed (seed 001): rank --cmp_rank power iteration, U then V '
-      'clipped (--cmp_clip_u, --cmp_clip_v; default --clip), noised and '
-      'secure-summed, two phases a round.'
+      'CMP-Fed (Guo et al.): rank --cmp_rank factors U then V, each '
+      'clipped, noised and secure-summed (two phases a round).'
       if private
-      else 'UV-Fed (seed 001): the rank --cmp_rank power iteration '
-      'without clipping or noise.'
+      else 'UV-Fed (Guo et al.): the rank --cmp_rank factors of CMP-Fed, '
+      'no clip or noise.'
     ),
     private=private,
     options=CMPFedOptions if private else LowRankOptions,
@@ -125,7 +127,6 @@ def _method(name: str) -> registry.Method:
       if private
       else None
     ),
-    event_from_state=private,
     setup=_with_model_shapes,
   )
 

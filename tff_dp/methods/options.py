@@ -1,5 +1,12 @@
-"""A method's options: one typed dataclass, each field with its flag help,
-its allowed range and, if any, its legacy default, validated on creation."""
+"""Settings as typed dataclass fields: each field is also the absl flag of
+its name, with its help, its allowed range (checked on creation) and, if
+any, its legacy default.
+
+`option(...)` declares one; `Options` is the base of every method's options
+(`tff_dp/methods/`), and the settings every run has
+(`tff_dp.methods.settings.RunSettings`) are declared the same way, so the
+flags, `config.json`, validation and the builders' view all come from one
+declaration per setting."""
 
 import dataclasses
 import math
@@ -13,6 +20,8 @@ _CHECK = 'check'
 _CHOICES = 'choices'
 _LEGACY = 'legacy'
 _FLAG = 'flag'
+_FLAG_NAME = 'flag_name'
+_PARSE = 'parse'
 
 Check = Callable[[str, Any], None]
 
@@ -22,8 +31,11 @@ def option(
   help: str,  # pylint: disable=redefined-builtin
   *,
   check: Optional[Check] = None,
-  choices: Optional[tuple[str, ...]] = None,
+  choices: Optional[tuple[str, ...] | Callable[[], tuple[str, ...]]] = None,
   legacy: Any = dataclasses.MISSING,
+  flag_name: Optional[str] = None,
+  parse: Optional[Callable[[list[str]], Any]] = None,
+  metadata: Optional[Mapping[str, Any]] = None,
 ) -> Any:
   """A method option: a field that is also the absl flag of the same name.
 
@@ -32,12 +44,26 @@ def option(
     help: The flag's help (say the allowed range).
     check: `check(name, value)` raises ValueError naming the value and its
       allowed range; None values of an optional option are not checked.
-    choices: The allowed strings (an enum flag).
+    choices: The allowed strings (an enum flag), or a function returning
+      them (a registry filled after this declaration).
     legacy: The behaviour runs recorded before this option existed had, when
       it differs from `default`: a saved config without the key is read
       with this value (resumed runs, rebuilt aggregators).
+    flag_name: The flag's name when it is not the field's (e.g.
+      `root_output_dir` for `output_dir`).
+    parse: For a repeatable flag (a `DEFINE_multi_string`): maps the
+      flag's list of strings to the field's value.
+    metadata: More field metadata (e.g. `settings.BUILDERS`).
   """
-  metadata = {_HELP: help, _CHECK: check, _CHOICES: choices, _FLAG: True}
+  metadata = {
+    **(metadata or {}),
+    _HELP: help,
+    _CHECK: check,
+    _CHOICES: choices,
+    _FLAG: True,
+    _FLAG_NAME: flag_name,
+    _PARSE: parse,
+  }
   if legacy is not dataclasses.MISSING:
     metadata[_LEGACY] = legacy
   return dataclasses.field(default=default, metadata=metadata)
@@ -55,16 +81,7 @@ class Options:
   """Base of every method's options (a method without options uses it)."""
 
   def __post_init__(self):
-    for f in flag_fields(type(self)):
-      value = getattr(self, f.name)
-      if value is None:
-        continue
-      if f.metadata[_CHOICES] is not None and value not in f.metadata[_CHOICES]:
-        raise ValueError(
-          f'{f.name} must be one of {f.metadata[_CHOICES]}. Found {value!r}.'
-        )
-      if f.metadata[_CHECK] is not None:
-        f.metadata[_CHECK](f.name, value)
+    check_fields(self)
 
   def check_run(self, config) -> None:
     """Checks that need the run's other settings (an `ExperimentConfig`)."""
@@ -84,7 +101,33 @@ def help_of(f: dataclasses.Field) -> str:
 
 
 def choices_of(f: dataclasses.Field) -> Optional[tuple[str, ...]]:
-  return f.metadata[_CHOICES]
+  choices = f.metadata[_CHOICES]
+  return choices() if callable(choices) else choices
+
+
+def flag_name_of(f: dataclasses.Field) -> str:
+  """The absl flag's name (the field's unless declared otherwise)."""
+  return f.metadata.get(_FLAG_NAME) or f.name
+
+
+def parser_of(f: dataclasses.Field) -> Optional[Callable[[list[str]], Any]]:
+  """The parser of a repeatable flag's strings, or None (a scalar flag)."""
+  return f.metadata.get(_PARSE)
+
+
+def check_fields(instance) -> None:
+  """Runs every flag field's choices and check on `instance`'s values
+  (None values of an optional field are not checked)."""
+  for f in flag_fields(type(instance)):
+    value = getattr(instance, f.name)
+    if value is None:
+      continue
+    # A field's own check first: it may name the value more helpfully.
+    if f.metadata[_CHECK] is not None:
+      f.metadata[_CHECK](f.name, value)
+    choices = choices_of(f)
+    if choices is not None and value not in choices:
+      raise ValueError(f'{f.name} must be one of {choices}. Found {value!r}.')
 
 
 def legacy_defaults(cls) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Seed 004's clip rule: the clip is the update norm of one local round on
-the server's public batch (`--clip_from_public_round`)."""
+"""Kerkouche et al. 2021's clip rule: the clip is the update norm of one
+local round on the server's public batch (`--clip_from_public_round`)."""
 
 import dataclasses
 

@@ -10,54 +10,11 @@ import tensorflow_federated as tff
 from tff_dp import communication
 from tff_dp.client_works import diagnostics
 from tff_dp.methods import options as options_lib
-
-# Settings every run has whose default changed after runs were recorded
-# with the old behaviour (a method's own options say theirs in their
-# field, `options.option(legacy=...)`). A saved config that lacks one of
-# these keys ran with the value here: resuming a run
-# (`outputs.check_same_config`) and rebuilding a finished run's aggregator
-# (`MethodParams.from_config`) fill missing keys from it, not from today's
-# defaults, so that an old run is never resumed or rebuilt with a
-# behaviour it did not have.
-# Runs recorded before `release_non_private_metrics` existed wrote every
-# non-private output.
-COMMON_LEGACY_DEFAULTS: dict[str, Any] = {
-  'public_batch': 'first_per_class',
-  'release_non_private_metrics': True,
-}
+from tff_dp.methods import settings
 
 
-@dataclasses.dataclass(frozen=True)
-class MethodParams:
-  """What a method's builders may depend on.
-
-  The run's settings every method may use, and `options`: the chosen
-  method's own options (`Method.options`), where its setup also puts what
-  it computes (e.g. FL-TOP's Top-K indices).
-  """
-
-  num_model_params: int
-  expected_clients_per_round: float
-  noise_multiplier: float = 0.0
-  clip: float = 1.0
-  seed: int = 0
-  # None: every aggregator draws a secret noise seed (OS entropy).
-  noise_seed: Optional[int] = None
-  public_batch: str = 'random'
-  # Seed 004's clip rule: S from one local round on the public batch
-  # (`Method.public_round_clip`); `clip` is then replaced by S in setup.
-  clip_from_public_round: bool = False
-  # The local schedule (the public round runs it like a client).
-  batch_size: int = 10
-  local_epochs: int = 1
-  local_steps: Optional[int] = None
-  client_lr: float = 0.05
-  client_momentum: float = 0.0
-  # Non-private measurements (update-norm diagnostics, CMP-Fed's client
-  # norms) are built only when the run releases them.
-  release_non_private_metrics: bool = False
-  update_diagnostics: bool = False
-  options: options_lib.Options = options_lib.Options()
+class _Params:
+  """Methods of `MethodParams` (its fields are derived below)."""
 
   @classmethod
   def from_config(
@@ -71,31 +28,19 @@ class MethodParams:
     """The params of a run's flat config (`ExperimentConfig.flat()`, or a
     saved config.json).
 
-    Used by `training.prepare` and to rebuild a finished run's aggregator
-    from its saved config, so both take the same path. A key the config
-    lacks takes its legacy value where it has one (the behaviour a run
-    recorded before the setting existed), else the field's default.
+    Used by `preparation.prepare` and to rebuild a finished run's
+    aggregator from its saved config, so both take the same path. A key the
+    config lacks takes its legacy value where it has one (the behaviour a
+    run recorded before the setting existed), else the field's default.
     """
     method = METHODS[config.get('method', 'dp_fedavg')]
-    derived = {
-      'num_model_params',
-      'expected_clients_per_round',
-      'noise_multiplier',
-      'options',
-    }
+    legacy = settings.legacy_defaults()
     common = {}
-    for f in dataclasses.fields(cls):
-      if f.name in derived:
-        continue
+    for f in settings.fields_where(settings.BUILDERS):
       if f.name in config:
         common[f.name] = config[f.name]
-      elif f.name in COMMON_LEGACY_DEFAULTS:
-        common[f.name] = COMMON_LEGACY_DEFAULTS[f.name]
-    # Diagnostics are computed only when released.
-    common['update_diagnostics'] = bool(
-      common.get('update_diagnostics', False)
-      and common.get('release_non_private_metrics', False)
-    )
+      elif f.name in legacy:
+        common[f.name] = legacy[f.name]
     return cls(
       num_model_params=num_model_params,
       expected_clients_per_round=expected_clients_per_round,
@@ -104,22 +49,64 @@ class MethodParams:
       **common,
     )
 
+  @property
+  def builds_diagnostics(self) -> bool:
+    """Whether the non-private update-norm diagnostics are built: only when
+    they are released (`update_diagnostics` and
+    `release_non_private_metrics`)."""
+    return self.update_diagnostics and self.release_non_private_metrics
+
   def replace_options(self, **changes) -> 'MethodParams':
     return dataclasses.replace(
       self, options=dataclasses.replace(self.options, **changes)
     )
 
 
+# What a method's builders may depend on: the values resolved for this run
+# (the model size, the expected cohort, the noise multiplier and the
+# method's options, where its setup also puts what it computes, e.g.
+# FL-TOP's Top-K indices), and the run settings marked for the builders
+# (`settings.BUILDERS`), with their declared defaults.
+MethodParams = dataclasses.make_dataclass(
+  'MethodParams',
+  [
+    ('num_model_params', int),
+    ('expected_clients_per_round', float),
+    ('noise_multiplier', float, dataclasses.field(default=0.0)),
+    *(
+      (f.name, f.type, dataclasses.field(default=f.default))
+      for f in settings.fields_where(settings.BUILDERS)
+    ),
+    (
+      'options',
+      options_lib.Options,
+      dataclasses.field(default=options_lib.Options()),
+    ),
+  ],
+  bases=(_Params,),
+  frozen=True,
+)
+MethodParams.__module__ = __name__
+MethodParams.__doc__ = """What a method's builders may depend on.
+
+The run's resolved values (`num_model_params`, `expected_clients_per_round`,
+`noise_multiplier`), the run settings marked for the builders
+(`settings.BUILDERS`: the clip, seeds, local schedule, public batch and
+what is released) and `options`: the chosen method's own options
+(`Method.options`), where its setup also puts what it computes.
+"""
+
+
 def client_metrics_fn(p: MethodParams):
-  """Update-norm diagnostics at `p.clip`, if `p.update_diagnostics`."""
-  if not p.update_diagnostics:
+  """Update-norm diagnostics at `p.clip`, if `p.builds_diagnostics`."""
+  if not p.builds_diagnostics:
     return None
   return diagnostics.update_norm_metrics(p.clip)
 
 
 def client_angle_metrics_fn(p: MethodParams):
   """Norms and angles to the last global step (`track_global_update`)."""
-  if not p.update_diagnostics:
+  if not p.builds_diagnostics:
     return None
   return diagnostics.update_norm_metrics(p.clip, with_angle=True)
 
@@ -146,10 +133,9 @@ class Method:
     options: Its options dataclass (`options.Options` if none); its fields
       are the method's flags.
     round_event: `(noise_multiplier, MethodParams) -> DpEvent` of one round
-      before sampling: used to calibrate noise, and recorded for methods
-      whose aggregator keeps no event in its state.
-    event_from_state: Whether the recorded event is read from the
-      aggregator state (TFF's `DPAggregatorState.dp_event`).
+      before sampling, as planned: used to calibrate the noise. The ledger
+      records what the aggregator says it released
+      (`tff_dp.aggregators.dp_events.released_event`).
     extra_download_bytes: Bytes sent down besides the float32 model.
     resolve: `(params, sampling) -> params`, run before the noise is
       calibrated (DDGauss resolves its smallest released cohort here).
@@ -160,9 +146,6 @@ class Method:
       TFF's model-delta training).
     preflight: Raises ValueError if this process cannot run the method
       (checked before any data is loaded).
-    event_from_measurements: If set, maps the round's aggregator
-      measurements to the recorded event (for aggregators whose event
-      is read from what ran, e.g. DDGauss's noise scale).
     public_round_clip: Whether it takes `clip_from_public_round` (its
       setup then sets the clip from one local round on public data).
   """
@@ -176,7 +159,6 @@ class Method:
   round_event: Optional[
     Callable[[float, MethodParams], dp_accounting.DpEvent]
   ] = None
-  event_from_state: bool = False
   preflight: Callable[[], None] = lambda: None
   resolve: Optional[Callable[[MethodParams, Any], MethodParams]] = None
   setup: Optional[
@@ -186,9 +168,6 @@ class Method:
     None
   )
   extra_download_bytes: Callable[[MethodParams], int] = lambda p: 0
-  event_from_measurements: Optional[
-    Callable[[Mapping[str, Any]], dp_accounting.DpEvent]
-  ] = None
   public_round_clip: bool = False
 
   def download_bytes(self, params: MethodParams) -> int:
@@ -260,8 +239,10 @@ def option_fields() -> dict[str, tuple[dataclasses.Field, list[str]]]:
 
 
 def legacy_defaults() -> dict[str, Any]:
-  """Every setting's legacy value (see `COMMON_LEGACY_DEFAULTS`)."""
-  out = dict(COMMON_LEGACY_DEFAULTS)
+  """Every setting's legacy value: what a saved config without the key ran
+  with (resumes and rebuilt aggregators fill missing keys from it, never
+  from today's defaults)."""
+  out = settings.legacy_defaults()
   for method in METHODS.values():
     out.update(options_lib.legacy_defaults(method.options))
   return out

@@ -1,5 +1,5 @@
-"""FetchSGD, DPSFL and DPSFL-AC (seed 002): count-sketched updates; their
-options and registry entries."""
+"""FetchSGD, DPSFL and DPSFL-AC (the DPSFL paper): count-sketched updates;
+their options and registry entries."""
 
 import dataclasses
 from typing import Optional
@@ -19,8 +19,9 @@ class SketchOptions(options.Options):
     5, 'Count-sketch rows (>= 1).', check=options.integer(1)
   )
   # k / columns = 0.1: a count sketch recovers only coordinates well above
-  # ||g|| / sqrt(columns); the seed-002 study diverged at k / columns = 0.5
-  # (defaults before issue #24: 20,000 and 5,000).
+  # ||g|| / sqrt(columns); the DPSFL study diverged at k / columns = 0.5
+  # (benchmarks/results/seed002_emnist.md). The rows of
+  # benchmarks/results/method_cost.md ran 20,000 columns and k 5,000.
   sketch_columns: int = options.option(
     100_000, 'Count-sketch columns (>= 1).', check=options.integer(1)
   )
@@ -36,7 +37,7 @@ class SketchOptions(options.Options):
   )
   sketch_hashing: str = options.option(
     'murmur',
-    'Count-sketch hashes: murmur (per coordinate; reproduces earlier runs) '
+    'Count-sketch hashes: murmur (per coordinate) '
     'or block (a cyclic shift and a sign per block of columns coordinates: '
     'same collision probability 1/columns, about 4x cheaper to sketch).',
     choices=count_sketch.HASHINGS,
@@ -65,7 +66,7 @@ class SketchOptions(options.Options):
     if self.sketch_k > 0.1 * self.sketch_columns:
       logging.warning(
         'sketch_k / sketch_columns = %.2f > 0.1: FetchSGD diverged at 0.5 '
-        "in the seed-002 study (benchmarks/results/seed002_emnist.md's "
+        "in the DPSFL study (benchmarks/results/seed002_emnist.md's "
         'notes).',
         self.sketch_k / self.sketch_columns,
       )
@@ -101,7 +102,9 @@ class AdaptiveSketchOptions(SketchOptions):
     'relative',
     "DPSFL-AC's clipping-impact test on the last top-k: relative (clip "
     'error / norm of the top-k part <= gamma, in (0, 1)) or absolute (clip '
-    'error <= gamma; runs before issue #24).',
+    'error <= gamma). absolute reproduces the rows dpsfl_ac and '
+    'dpsfl_ac_gamma0.01 of benchmarks/results/seed002_emnist.md and '
+    'seed002_cifar10.md.',
     choices=dpsfl.IMPACT_RULES,
     legacy='absolute',
   )
@@ -122,12 +125,11 @@ class AdaptiveSketchOptions(SketchOptions):
 
 _DESCRIPTIONS = {
   'fetchsgd': 'FetchSGD (Rothchild et al. 2020): count-sketched updates, '
-  'server momentum and error feedback in sketch space, top-k unsketch; '
-  'no DP.',
-  'dpsfl': 'DPSFL (seed 002): FetchSGD with clipped sketches and Gaussian '
-  'noise on their secure sum.',
-  'dpsfl_ac': 'DPSFL-AC (seed 002): DPSFL with the clip adapted from noisy '
-  'one-bit clipping-impact signals on the last top-k.',
+  'sketch-space momentum and error feedback, top-k unsketch; no DP.',
+  'dpsfl': 'DPSFL (the DPSFL paper): FetchSGD with clipped sketches and '
+  'Gaussian noise on their secure sum.',
+  'dpsfl_ac': 'DPSFL-AC (the DPSFL paper): DPSFL with the clip adapted from '
+  'noisy one-bit clipping-impact signals.',
 }
 
 
@@ -159,9 +161,7 @@ def _method(name: str) -> registry.Method:
 
   return registry.Method(
     name=name,
-    description=_DESCRIPTIONS[name]
-    + ' --sketch_rows/--sketch_columns/--sketch_k/--sketch_hashing; use '
-    'server lr 1.',
+    description=_DESCRIPTIONS[name] + ' Keep --server_lr 1.',
     private=private,
     options=AdaptiveSketchOptions if adaptive else SketchOptions,
     build_aggregator=aggregator,

@@ -1,5 +1,6 @@
-"""FL-TOP(-DP) and FL-BASIC(-DP) (seed 004): clients train and send K
-weights (server-chosen Top-K or a random K-subset); options and entries."""
+"""FL-TOP(-DP) and FL-BASIC(-DP) (Kerkouche et al. 2021): clients train and
+send K weights (server-chosen Top-K or a random K-subset); options and
+entries."""
 
 import dataclasses
 from typing import Any
@@ -15,8 +16,9 @@ from tff_dp.methods import public_round
 from tff_dp.methods import registry
 
 # FL-BASIC-DP's public clip: the median over this many random K-subsets
-# (seed 004: "the same steps are repeated for 100 times, where a new random
-# set of trainable weights with size K are selected each time").
+# (Kerkouche et al. 2021: "the same steps are repeated for 100 times, where
+# a new random set of trainable weights with size K are selected each
+# time").
 PUBLIC_ROUND_TRIALS = 100
 
 
@@ -37,8 +39,9 @@ class NonPrivateTopKOptions(TopKOptions):
   top_k_nonprivate_clip: bool = options.option(
     False,
     'Non-private FL-TOP/FL-BASIC: clip the K values at --clip and divide by '
-    'the expected cohort, as runs before issue #24 did (seed 004 does not '
-    'clip them; off by default).',
+    'the expected cohort (the paper does not clip them). True reproduces '
+    'the fl_top and fl_basic rows of benchmarks/results/seed004_fashion.md '
+    'and seed004_medical.md.',
     legacy=True,
   )
 
@@ -87,12 +90,12 @@ def _fl_basic_public_masks(p: registry.MethodParams, task) -> list:
 def _noise_and_clip(p: registry.MethodParams, private: bool) -> tuple:
   """DPRandAggFactory's (noise_multiplier, clients_per_round, clip).
 
-  The private versions clip and noise (seed 004, Alg. 3 lines 25-26: the
-  compressed update "is then clipped (in Line 26) to obtain ... with
-  L_2-norm at most S"); the non-private ones send the unclipped compressed
-  update (Alg. 1: the server "updates the common model w_t with the
-  average of these compressed updates (in Line 12)", no clip), unless
-  `top_k_nonprivate_clip` keeps the pre-#24 clip at `clip`.
+  The private versions clip and noise (Kerkouche et al. 2021, Alg. 3 lines
+  25-26: the compressed update "is then clipped (in Line 26) to obtain ...
+  with L_2-norm at most S"); the non-private ones send the unclipped
+  compressed update (Alg. 1: the server "updates the common model w_t with
+  the average of these compressed updates (in Line 12)", no clip), unless
+  `top_k_nonprivate_clip` clips it at `clip`, without noise.
   """
   if private:
     return p.noise_multiplier, p.expected_clients_per_round, p.clip
@@ -114,7 +117,6 @@ def _top_k_method(
     build_aggregator=aggregator,
     upload_bytes=lambda p: 4 * count(p),
     round_event=registry.gaussian if private else None,
-    event_from_state=private,
     public_round_clip=private,
     **kwargs,
   )
@@ -128,16 +130,16 @@ def _fl_top_method(name: str, private: bool) -> registry.Method:
       fixed_indices=p.options.top_k_indices,
       seed=p.seed,
       noise_seed=p.noise_seed,
-      # Seed 004 clips the compressed update.
+      # Kerkouche et al. 2021 clip the compressed update.
       clip_scope='payload',
     )
 
   return _top_k_method(
     name,
     private,
-    f'{"FL-TOP-DP" if private else "FL-TOP"} (seed 004): the server picks '
-    'Top-K weights (--top_k_ratio) by |gradient| on a public batch; '
-    'clients train only those and send their K values',
+    f'{"FL-TOP-DP" if private else "FL-TOP"} (Kerkouche et al. 2021): '
+    'clients train and send the K = --top_k_ratio x d weights of top '
+    '|gradient| on a public batch',
     aggregator,
     # Weights outside K stay w0, so only the K values come down.
     extra_download_bytes=lambda p: 4 * count(p)
@@ -165,9 +167,9 @@ def _fl_basic_method(name: str, private: bool) -> registry.Method:
   return _top_k_method(
     name,
     private,
-    f'{"FL-BASIC-DP" if private else "FL-BASIC"} (seed 004): clients train '
-    'a random K-subset (--top_k_ratio) re-drawn every round, the rest '
-    'reset after each step; K values sent',
+    f'{"FL-BASIC-DP" if private else "FL-BASIC"} (Kerkouche et al. 2021): '
+    'clients train and send a random K-subset (--top_k_ratio), re-drawn '
+    'every round',
     aggregator,
     # The whole model comes down, and the round's K indices (int32).
     extra_download_bytes=lambda p: 4 * count(p),
