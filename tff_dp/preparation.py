@@ -16,8 +16,8 @@ from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 from tff_dp.aggregators import finite_guard
-from tff_dp import experiment_config
 from tff_dp.experiment_config import ExperimentConfig
+from tff_dp.methods import settings
 from tff_dp.sampling import sampling_for
 
 
@@ -32,6 +32,9 @@ class Prepared:
   delta: Optional[float]
   cost: Any
   process: tff.learning.templates.LearningProcess
+  # The model aggregator the process was built with: the round's DP event
+  # is read through it (`dp_events.released_event`).
+  aggregator: Any = None
 
   def round_data(
     self, config: 'ExperimentConfig', client_ids: list[str], shuffle_seed: int
@@ -60,46 +63,14 @@ def prepare(config: ExperimentConfig) -> Prepared:
     model_seed=config.seed,
     **dict(config.task_kwargs),
   )
-  client_ids = task.train_data.client_ids
-  sampling = sampling_for(config, len(client_ids), method.private)
-  num_params = task.num_parameters()
-  # The run's settings and the method's options, by their flag names.
-  params = methods_lib.MethodParams.from_config(
-    config.flat(),
-    num_model_params=num_params,
-    expected_clients_per_round=sampling.expected_clients_per_round,
-  )
-  if method.resolve is not None:
-    params = method.resolve(params, sampling)
+  num_clients = len(task.train_data.client_ids)
+  sampling = sampling_for(config, num_clients, method.private)
   delta = None
   if method.private:
     delta = (
-      config.delta
-      if config.delta is not None
-      else min(1e-5, 1.0 / len(client_ids))
+      config.delta if config.delta is not None else min(1e-5, 1.0 / num_clients)
     )
-    noise = config.noise_multiplier
-    if noise is None:
-      noise = privacy.calibrate_noise_multiplier(
-        config.target_epsilon,
-        delta,
-        config.rounds,
-        sampling,
-        round_event_fn=lambda z: method.round_event(z, params),
-        accountant=config.accountant,
-      )
-      logging.info(
-        'Calibrated noise multiplier %.4f for (%.3g, %.3g)-DP '
-        'over %d rounds (%s accountant)',
-        noise,
-        config.target_epsilon,
-        delta,
-        config.rounds,
-        config.accountant,
-      )
-    params = dataclasses.replace(params, noise_multiplier=float(noise))
-  if method.setup is not None:
-    params = method.setup(params, task, config.data_dir)
+  params = method_params(config, method, task, sampling, delta)
   cost = method.cost(params)
   logging.info(
     'Task: %s | method: %s | sampling: %s | %d params | '
@@ -108,33 +79,100 @@ def prepare(config: ExperimentConfig) -> Prepared:
     task.description if config.release_non_private_metrics else task.name,
     config.method,
     sampling,
-    num_params,
+    params.num_model_params,
     cost.down,
     cost.up,
   )
+  set_context(config)
+  aggregator, process = build_process(config, method, task, params)
+  return Prepared(
+    task, method, params, sampling, delta, cost, process, aggregator
+  )
 
-  if config.workers or config.local_workers:
-    targets = experiment_config.parse_workers(config.workers)
-    if config.local_workers:
-      targets += [
-        target
-        for _, target in distributed.start_local_workers(
-          config.local_workers,
-          max_concurrent_computation_calls=max(
-            1, config.max_concurrent_computation_calls
-          ),
-          intra_op_threads=config.intra_op_threads,
-          inter_op_threads=config.inter_op_threads,
-        )
-      ]
-    distributed.set_distributed_context(targets)
-    logging.info('Clients of each round split over workers %s', targets)
-  else:
+
+def method_params(
+  config: ExperimentConfig,
+  method: methods_lib.Method,
+  task: tasks_lib.FederatedTask,
+  sampling: privacy.Sampling,
+  delta: Optional[float],
+) -> methods_lib.MethodParams:
+  """The builders' params: the config's, then what the method resolves
+  from the sampling, the noise multiplier (calibrated to the target
+  epsilon if asked), then what its setup computes from the task."""
+  params = methods_lib.MethodParams.from_config(
+    config.flat(),
+    num_model_params=task.num_parameters(),
+    expected_clients_per_round=sampling.expected_clients_per_round,
+  )
+  if method.resolve is not None:
+    params = method.resolve(params, sampling)
+  if method.private:
+    params = dataclasses.replace(
+      params,
+      noise_multiplier=float(
+        noise_multiplier(config, method, params, sampling, delta)
+      ),
+    )
+  if method.setup is not None:
+    params = method.setup(params, task, config.data_dir)
+  return params
+
+
+def noise_multiplier(config, method, params, sampling, delta) -> float:
+  """`config.noise_multiplier`, or the one calibrated to its target
+  epsilon through the method's round event."""
+  if config.noise_multiplier is not None:
+    return config.noise_multiplier
+  noise = privacy.calibrate_noise_multiplier(
+    config.target_epsilon,
+    delta,
+    config.rounds,
+    sampling,
+    round_event_fn=lambda z: method.round_event(z, params),
+    accountant=config.accountant,
+  )
+  logging.info(
+    'Calibrated noise multiplier %.4f for (%.3g, %.3g)-DP '
+    'over %d rounds (%s accountant)',
+    noise,
+    config.target_epsilon,
+    delta,
+    config.rounds,
+    config.accountant,
+  )
+  return noise
+
+
+def set_context(config: ExperimentConfig) -> None:
+  """TFF's execution context: the local simulation, or the workers."""
+  if not (config.workers or config.local_workers):
     contexts.set_simulation_context(
       config.max_concurrent_computation_calls,
       config.intra_op_threads,
       config.inter_op_threads,
     )
+    return
+  targets = settings.parse_workers(config.workers)
+  if config.local_workers:
+    targets += [
+      target
+      for _, target in distributed.start_local_workers(
+        config.local_workers,
+        max_concurrent_computation_calls=max(
+          1, config.max_concurrent_computation_calls
+        ),
+        intra_op_threads=config.intra_op_threads,
+        inter_op_threads=config.inter_op_threads,
+      )
+    ]
+  distributed.set_distributed_context(targets)
+  logging.info('Clients of each round split over workers %s', targets)
+
+
+def build_process(config, method, task, params):
+  """`(aggregator, process)`: the method's aggregator (non-finite client
+  updates zeroed and counted) and the learning process around it."""
   client_optimizer = tff.learning.optimizers.build_sgdm(
     config.client_lr, momentum=config.client_momentum or None
   )
@@ -158,7 +196,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     client_model_fn=client_model_fn,
     client_work=client_work,
     client_metrics_fn=methods_lib.client_angle_metrics_fn(params),
-    track_global_update=params.update_diagnostics,
+    track_global_update=params.builds_diagnostics,
   )
   if config.fuse_client_work:
     process, reason = fusion.fuse(process)
@@ -168,5 +206,4 @@ def prepare(config: ExperimentConfig) -> Prepared:
       if reason is None
       else f'not fused ({reason})',
     )
-
-  return Prepared(task, method, params, sampling, delta, cost, process)
+  return aggregator, process

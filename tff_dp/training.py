@@ -46,7 +46,6 @@ import asyncio
 import concurrent.futures
 
 from absl import logging
-import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -55,7 +54,7 @@ from tff_dp import composition
 from tff_dp.aggregators import dp_events
 from tff_dp.client_works import diagnostics
 from tff_dp import distributed
-from tff_dp import methods as methods_lib
+from tff_dp.methods import options as options_lib
 from tff_dp import noise_seeds
 from tff_dp import privacy
 from tff_dp import processes
@@ -77,18 +76,6 @@ from tff_dp.preparation import Prepared  # noqa: F401 (API)
 # The events of the TFF DP states nested in an aggregator state (the
 # public reader, `tff_dp.aggregators.dp_events`).
 find_dp_events = dp_events.events_in_state
-
-
-def released_event(
-  method: methods_lib.Method, params: methods_lib.MethodParams, state, metrics
-) -> dp_accounting.DpEvent:
-  """The DP event a round released: from the aggregator state, from its
-  measurements, or as declared by the method, in that order."""
-  if method.event_from_state:
-    return dp_events.round_event(state.aggregator)
-  if method.event_from_measurements is not None:
-    return method.event_from_measurements(metrics['aggregator'])
-  return method.round_event(params.noise_multiplier, params)
 
 
 EVAL_BATCH_SIZE = 1000
@@ -128,9 +115,53 @@ def evaluate(
   return {f'test_{k}': float(v) for k, v in results.items()}
 
 
+class ConfigError(ValueError):
+  """A run refused before any work: a bad setting or output directory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipProbe:
+  """The runner's clip tuning step (Zhang et al.'s choice of the clip).
+
+  With `clip_from_fedavg_rounds` > 0, the clip is replaced by
+  `clip_fraction` of the mean update norm of that many rounds of
+  non-private FedAvg, run first (`clip_from_fedavg`; outside the ledger).
+  """
+
+  clip_from_fedavg_rounds: int = options_lib.option(
+    0,
+    'If > 0: set --clip to --clip_fraction of the average update norm of '
+    'this many rounds of non-private FedAvg first (Zhang et al. 2022; a '
+    'tuning step outside the privacy ledger).',
+    check=options_lib.integer(0),
+  )
+  clip_fraction: float = options_lib.option(
+    0.5,
+    'Fraction of the FedAvg update norm, in (0, 1].',
+    check=options_lib.interval(0, 1, '(]'),
+  )
+
+  def __post_init__(self):
+    options_lib.check_fields(self)
+
+
+@dataclasses.dataclass
+class _Progress:
+  """A run's state between rounds: what a checkpoint restores."""
+
+  state: Any
+  rng: np.random.Generator
+  ledger: Optional[privacy.PrivacyLedger]
+  rows: list
+  start_round: int
+  files: outputs.RunFiles
+  manager: Any
+
+
 def run_experiment(
   config: ExperimentConfig,
   *,
+  clip_probe: Optional[ClipProbe] = None,
   round_callback: Optional[Callable[[int], None]] = None,
   rows_out: Optional[list] = None,
 ) -> dict[str, Any]:
@@ -138,6 +169,8 @@ def run_experiment(
 
   Args:
     config: The run's configuration.
+    clip_probe: If it asks for rounds, the clip is first tuned on
+      non-private FedAvg (`ClipProbe`, `clip_from_fedavg`).
     round_callback: Called with the round number after each round's results
       and checkpoint are written (tests use it to interrupt a run).
     rows_out: If given, the per-round result rows are appended to it, every
@@ -148,13 +181,13 @@ def run_experiment(
     `release_non_private_metrics`, the non-private part merged in.
 
   Raises:
-    ValueError: On an invalid config or output directory, or a noise seed
-      used for another configuration in the same output tree, before
+    ConfigError: (a ValueError) On an invalid config or output directory,
+      before any data loads.
+    ValueError: On a noise seed used for another configuration in the
+      same output tree, or an output directory holding another run, before
       training.
   """
-  config.validate()
-  output_dir = experiment_config.check_output_dir(config.output_dir)
-  method = methods_lib.METHODS[config.method]
+  config, output_dir = _checked(config, clip_probe)
   if output_dir is not None:
     outputs.check_same_config(output_dir, config)
   # Before any work: a seed used for another configuration is refused.
@@ -164,60 +197,155 @@ def run_experiment(
     config.to_dict(),
     allow_reuse=config.allow_noise_seed_reuse,
   )
-
   prepared = prepare(config)
-  task, method, params = prepared.task, prepared.method, prepared.params
-  sampling, delta, cost = prepared.sampling, prepared.delta, prepared.cost
-  process = prepared.process
-  cd = task.train_data
-  client_ids = cd.client_ids
-  num_params = params.num_model_params
-
-  state = process.initialize()
-  # Privacy-relevant: the cohort (and the local shuffles). OS entropy
-  # unless --noise_seed; its state is checkpointed, never logged.
-  rng = np.random.default_rng(config.noise_seed)
-  ledger = privacy.PrivacyLedger(sampling, delta) if method.private else None
-  rows: list[dict] = []
-  files = outputs.RunFiles(
-    output_dir,
-    config.release_non_private_metrics,
-    test_private=not task.test_held_by_clients,
-  )
-  start_round = 1
-  manager = None
+  progress = _restore(config, prepared, output_dir)
+  start = time.perf_counter()
+  totals = _train(config, prepared, progress, output_dir, round_callback)
+  if rows_out is not None:
+    rows_out.extend(progress.rows)
+  summary = _summary(config, prepared, progress, seed_clash, totals)
+  summary['wall_seconds_this_invocation'] = time.perf_counter() - start
   if output_dir is not None:
-    # The two latest checkpoints: if the newest is unreadable (a crash while
-    # writing it), the previous one is used.
-    manager = tff.program.FileProgramStateManager(
-      str(output_dir / 'checkpoints'),
-      prefix=outputs.CHECKPOINT_PREFIX,
-      keep_total=2,
-      keep_first=False,
+    outputs.save_model_weights(
+      output_dir / 'final_model_weights.npz',
+      prepared.process.get_model_weights(progress.state),
     )
-    restored, version = asyncio.run(
-      outputs.load_latest_readable(manager, (state, np.str_('')))
+    progress.files.write_summary(summary)
+  if config.local_workers:
+    distributed.stop_local_workers()
+  return progress.files.returned_summary(summary)
+
+
+def _checked(config: ExperimentConfig, clip_probe: Optional[ClipProbe]):
+  """The config to run (the clip tuned if `clip_probe` asks) and its
+  output directory, checked once; raises ConfigError."""
+  try:
+    config.validate()
+    output_dir = experiment_config.check_output_dir(config.output_dir)
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+  if clip_probe is not None and clip_probe.clip_from_fedavg_rounds:
+    rounds = clip_probe.clip_from_fedavg_rounds
+    fraction = clip_probe.clip_fraction
+    try:
+      clip = clip_from_fedavg(config, rounds, fraction)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+    logging.info(
+      'clip = %g x FedAvg mean update norm over %d rounds = %.6g',
+      fraction,
+      rounds,
+      clip,
     )
-    if restored is not None and version > 0:
-      state, runner_json = restored
-      runner = outputs.RunnerState.from_json(runner_json)
-      rng.bit_generator.state = runner.rng_state
-      rows = runner.all_rows()
-      if ledger is not None:
-        ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
-      start_round = runner.round_num + 1
-      if files.diagnostics_path is not None:
-        outputs.move_legacy_non_private(output_dir)
-        outputs.truncate_diagnostics(files.diagnostics_path, runner.round_num)
-      logging.info(
-        'Resumed from checkpoint of round %d in %s', version, output_dir
+    config = dataclasses.replace(
+      config,
+      clip=clip,
+      clip_source=(
+        f'{fraction:g} x the mean update norm of {rounds} rounds of '
+        'non-private FedAvg on client data (--clip_from_fedavg_rounds; '
+        'outside the privacy ledger)'
+      ),
+    )
+  return config, output_dir
+
+
+def _restore(config, prepared, output_dir) -> _Progress:
+  """The run's starting point: its last readable checkpoint, or round 1."""
+  task, method = prepared.task, prepared.method
+  progress = _Progress(
+    state=prepared.process.initialize(),
+    # Privacy-relevant: the cohort (and the local shuffles). OS entropy
+    # unless --noise_seed; its state is checkpointed, never logged.
+    rng=np.random.default_rng(config.noise_seed),
+    ledger=privacy.PrivacyLedger(prepared.sampling, prepared.delta)
+    if method.private
+    else None,
+    rows=[],
+    start_round=1,
+    files=outputs.RunFiles(
+      output_dir,
+      config.release_non_private_metrics,
+      test_private=not task.test_held_by_clients,
+    ),
+    manager=None,
+  )
+  if output_dir is None:
+    return progress
+  # The two latest checkpoints: if the newest is unreadable (a crash while
+  # writing it), the previous one is used.
+  progress.manager = tff.program.FileProgramStateManager(
+    str(output_dir / 'checkpoints'),
+    prefix=outputs.CHECKPOINT_PREFIX,
+    keep_total=2,
+    keep_first=False,
+  )
+  restored, version = asyncio.run(
+    outputs.load_latest_readable(
+      progress.manager, (progress.state, np.str_(''))
+    )
+  )
+  if restored is not None and version > 0:
+    progress.state, runner_json = restored
+    runner = outputs.RunnerState.from_json(runner_json)
+    progress.rng.bit_generator.state = runner.rng_state
+    progress.rows = runner.all_rows()
+    if progress.ledger is not None:
+      progress.ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
+    progress.start_round = runner.round_num + 1
+    if progress.files.diagnostics_path is not None:
+      outputs.move_legacy_non_private(output_dir)
+      outputs.truncate_diagnostics(
+        progress.files.diagnostics_path, runner.round_num
       )
-    outputs.atomic_write(
-      output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
+    logging.info(
+      'Resumed from checkpoint of round %d in %s', version, output_dir
     )
-  keras_model = task.model_builder()
-  keras_model.compile(loss=task.loss_builder(), metrics=task.metrics_builder())
-  eval_batches = test_batches(task)
+  outputs.atomic_write(
+    output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
+  )
+  return progress
+
+
+class _Cohorts:
+  """Draws each round's cohort and builds its datasets one round ahead.
+
+  The next round's cohort is drawn, and its datasets built on a background
+  thread, while the current round runs; the RNG state saved with a
+  checkpoint is the one before that draw, so a resumed run draws the same.
+  """
+
+  def __init__(self, config, prepared, rng: np.random.Generator):
+    self._config, self._prepared, self._rng = config, prepared, rng
+    cd = prepared.task.train_data
+    self._client_ids = cd.client_ids
+    self._empty = {
+      c for c, n in zip(cd.client_ids, cd.client_sizes()) if int(n) == 0
+    }
+    self._pool = concurrent.futures.ThreadPoolExecutor(1)
+
+  def draw(self):
+    """`(rng_state_before, ids, datasets_future, num_empty_skipped)`."""
+    rng_state = self._rng.bit_generator.state
+    sampled = sample_clients(
+      self._prepared.sampling, self._client_ids, self._rng
+    )
+    seed = int(self._rng.integers(2**31 - 1))
+    # A sampled client without data contributes nothing: skipped, counted.
+    ids = [c for c in sampled if c not in self._empty]
+    return (
+      rng_state,
+      ids,
+      self._pool.submit(self._prepared.round_data, self._config, ids, seed),
+      len(sampled) - len(ids),
+    )
+
+  def close(self):
+    self._pool.shutdown(wait=True)
+
+
+def _train(config, prepared, progress, output_dir, round_callback) -> dict:
+  """Runs the rounds from `progress.start_round`; returns the byte totals."""
+  rows = progress.rows
   # Non-private (the realised cohorts): checkpointed only when released.
   totals = {'down': 0, 'up': 0}
   if rows:
@@ -225,142 +353,165 @@ def run_experiment(
       'down': rows[-1].get('bytes_down_total', 0),
       'up': rows[-1].get('bytes_up_total', 0),
     }
-  start = time.perf_counter()
-  # The next round's cohort is drawn, and its datasets built on a background
-  # thread, while the current round runs; the RNG state saved with a
-  # checkpoint is the one before that draw, so a resumed run draws the same.
-  prefetcher = concurrent.futures.ThreadPoolExecutor(1)
-
-  empty = {c for c, n in zip(client_ids, cd.client_sizes()) if int(n) == 0}
-
-  def draw():
-    rng_state = rng.bit_generator.state
-    sampled = sample_clients(sampling, client_ids, rng)
-    seed = int(rng.integers(2**31 - 1))
-    # A sampled client without data contributes nothing: skipped, counted.
-    ids = [c for c in sampled if c not in empty]
-    return (
-      rng_state,
-      ids,
-      prefetcher.submit(prepared.round_data, config, ids, seed),
-      len(sampled) - len(ids),
-    )
-
-  upcoming = draw() if start_round <= config.rounds else None
-  for round_num in range(start_round, config.rounds + 1):
+  keras_model = prepared.task.model_builder()
+  keras_model.compile(
+    loss=prepared.task.loss_builder(), metrics=prepared.task.metrics_builder()
+  )
+  evaluator = (keras_model, test_batches(prepared.task))
+  cohorts = _Cohorts(config, prepared, progress.rng)
+  upcoming = cohorts.draw() if progress.start_round <= config.rounds else None
+  for round_num in range(progress.start_round, config.rounds + 1):
     t0 = time.perf_counter()
     _, ids, data_future, num_empty = upcoming
     data = data_future.result()
     data_wait = time.perf_counter() - t0
-    upcoming = draw() if round_num < config.rounds else None
-    rng_state_after_round = upcoming[0] if upcoming else rng.bit_generator.state
+    upcoming = cohorts.draw() if round_num < config.rounds else None
+    rng_state_after_round = (
+      upcoming[0] if upcoming else progress.rng.bit_generator.state
+    )
     t_train = time.perf_counter()
-    if config.client_lr_decay != 1.0:
-      # A function of the round only, so a resumed run is exact.
-      state = composition.with_client_learning_rate(
-        process, state, client_lr_at(config, round_num)
-      )
-    try:
-      if config.workers or config.local_workers:
-        output = distributed.call_watching_workers(process.next, state, data)
-      else:
-        output = process.next(state, data)
-    except Exception as e:  # pylint: disable=broad-except
-      if not (config.workers or config.local_workers):
-        raise
-      done = rows[-1]['round'] if rows else 0
-      raise RuntimeError(
-        f'Round {round_num} failed on the TFF workers ({type(e).__name__}: '
-        f'{str(e)[:300]}). A worker may have died. Checkpoints up to round '
-        f'{done - done % config.checkpoint_every if done else 0} are intact '
-        'in the output directory: restart the workers and rerun the same '
-        'command to resume.'
-      ) from e
+    output = _next_round(config, prepared, progress, round_num, data)
     train_seconds = time.perf_counter() - t_train
-    state = output.state
-    metrics: dict = {}
-    outputs.flatten('', output.metrics, metrics)
-    totals['down'] += cost.down * len(ids)
-    totals['up'] += cost.up * len(ids)
+    progress.state = output.state
+    totals['down'] += prepared.cost.down * len(ids)
+    totals['up'] += prepared.cost.up * len(ids)
     row = {
       'round': round_num,
       'sampled_clients': len(ids),
       'empty_clients_skipped': num_empty,
-      'train_loss': metrics.get('client_work/train/loss', float('nan')),
-      'bytes_down_per_client': cost.down,
-      'bytes_up_per_client': cost.up,
-      'bytes_down_total': totals['down'],
-      'bytes_up_total': totals['up'],
     }
-    if config.client_lr_decay != 1.0:
-      row['client_lr'] = client_lr_at(config, round_num)
-    if method.private:
-      event = released_event(method, params, state, output.metrics)
-      ledger.record(event)
-      row['epsilon_rdp'], row['epsilon_pld'] = ledger.epsilon()
-      row['noise_multiplier'] = params.noise_multiplier
-    clip = metrics.get(
-      'aggregator/dp_query_metrics/clip', metrics.get('aggregator/clip')
+    hists = _round_results(
+      config, prepared, progress, output, evaluator, totals, row
     )
-    if clip is not None or method.private:
-      row['clip'] = clip if clip is not None else params.clip
-    # DP (charged to the round's event): --fraction_clipped_stddev.
-    fraction = metrics.get('aggregator/dp_query_metrics/dp_fraction_clipped')
-    if fraction is not None:
-      row['dp_fraction_clipped'] = fraction
-    if round_num % config.eval_every == 0 or round_num == config.rounds:
-      t_eval = time.perf_counter()
-      row.update(
-        evaluate(
-          task, process.get_model_weights(state), keras_model, eval_batches
-        )
-      )
-      row['eval_seconds'] = time.perf_counter() - t_eval
-    extra = output.metrics.get('client_work', {}).get('extra', {})
-    vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
-    row.update(diagnostics.summarize({**metrics, **vectors}))
-    if 'aggregator/non_finite_clients' in metrics:
-      row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
-    hists = diagnostics.histograms(vectors)
-    row.update({f'tff/{k}': v for k, v in metrics.items()})
     # Where the round's time went: waiting for the prefetched datasets, the
     # TFF round (process.next), evaluation (eval_seconds, when it ran).
     row['data_wait_seconds'] = data_wait
     row['train_seconds'] = train_seconds
     row['round_seconds'] = time.perf_counter() - t0
     rows.append(row)
-    logging.info('%s', outputs.progress_line(files.shown(row), config.rounds))
-    files.write_round(rows, hists)
-    if output_dir is not None:
-      if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-        runner = files.runner_state(
-          round_num,
-          rng_state_after_round,
-          ledger.to_json() if ledger else None,
-          rows,
-        )
-        seconds = outputs.save_checkpoint(manager, state, runner)
-        logging.info(
-          'Checkpoint of round %d written%s',
-          round_num,
-          f' in {seconds:.1f} s' if files.release else '',
-        )
+    _write_round(config, progress, round_num, rng_state_after_round, hists)
     # Freed native buffers back to the OS (processes.release_free_memory;
     # README "Memory over long runs" says what it did and did not fix).
     processes.release_free_memory()
     if round_callback is not None:
       round_callback(round_num)
+  cohorts.close()
+  return totals
 
-  prefetcher.shutdown(wait=True)
-  if rows_out is not None:
-    rows_out.extend(rows)
+
+def _next_round(config, prepared, progress, round_num, data):
+  """One `process.next`; on TFF workers, a failure says how to resume."""
+  process, state = prepared.process, progress.state
+  if config.client_lr_decay != 1.0:
+    # A function of the round only, so a resumed run is exact.
+    state = composition.with_client_learning_rate(
+      process, state, client_lr_at(config, round_num)
+    )
+  if not (config.workers or config.local_workers):
+    return process.next(state, data)
+  try:
+    return distributed.call_watching_workers(process.next, state, data)
+  except Exception as e:  # pylint: disable=broad-except
+    rows = progress.rows
+    done = rows[-1]['round'] if rows else 0
+    raise RuntimeError(
+      f'Round {round_num} failed on the TFF workers ({type(e).__name__}: '
+      f'{str(e)[:300]}). A worker may have died. Checkpoints up to round '
+      f'{done - done % config.checkpoint_every if done else 0} are intact '
+      'in the output directory: restart the workers and rerun the same '
+      'command to resume.'
+    ) from e
+
+
+def _round_results(config, prepared, progress, output, evaluator, totals, row):
+  """Adds the round's results to `row` (in the columns' order); returns the
+  diagnostics' histograms. Records the round's DP event in the ledger."""
+  round_num, cost, method = row['round'], prepared.cost, prepared.method
+  metrics: dict = {}
+  outputs.flatten('', output.metrics, metrics)
+  row.update(
+    {
+      'train_loss': metrics.get('client_work/train/loss', float('nan')),
+      'bytes_down_per_client': cost.down,
+      'bytes_up_per_client': cost.up,
+      'bytes_down_total': totals['down'],
+      'bytes_up_total': totals['up'],
+    }
+  )
+  if config.client_lr_decay != 1.0:
+    row['client_lr'] = client_lr_at(config, round_num)
+  aggregator_metrics = output.metrics['aggregator']
+  if method.private:
+    progress.ledger.record(
+      dp_events.released_event(
+        prepared.aggregator, output.state.aggregator, aggregator_metrics
+      )
+    )
+    row['epsilon_rdp'], row['epsilon_pld'] = progress.ledger.epsilon()
+    row['noise_multiplier'] = prepared.params.noise_multiplier
+  released = dp_events.released_values(aggregator_metrics)
+  if released.clip is not None or method.private:
+    row['clip'] = (
+      released.clip if released.clip is not None else prepared.params.clip
+    )
+  # DP (charged to the round's event): --fraction_clipped_stddev.
+  if released.dp_fraction_clipped is not None:
+    row['dp_fraction_clipped'] = released.dp_fraction_clipped
+  if round_num % config.eval_every == 0 or round_num == config.rounds:
+    t_eval = time.perf_counter()
+    row.update(
+      evaluate(
+        prepared.task,
+        prepared.process.get_model_weights(output.state),
+        *evaluator,
+      )
+    )
+    row['eval_seconds'] = time.perf_counter() - t_eval
+  extra = output.metrics.get('client_work', {}).get('extra', {})
+  vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
+  row.update(diagnostics.summarize({**metrics, **vectors}))
+  if 'aggregator/non_finite_clients' in metrics:
+    row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
+  row.update({f'tff/{k}': v for k, v in metrics.items()})
+  return diagnostics.histograms(vectors)
+
+
+def _write_round(config, progress, round_num, rng_state_after_round, hists):
+  """The round's row and histograms written; a checkpoint when due."""
+  files, rows = progress.files, progress.rows
+  logging.info(
+    '%s', outputs.progress_line(files.shown(rows[-1]), config.rounds)
+  )
+  files.write_round(rows, hists)
+  if progress.manager is None or not (
+    round_num % config.checkpoint_every == 0 or round_num == config.rounds
+  ):
+    return
+  runner = files.runner_state(
+    round_num,
+    rng_state_after_round,
+    progress.ledger.to_json() if progress.ledger else None,
+    rows,
+  )
+  seconds = outputs.save_checkpoint(progress.manager, progress.state, runner)
+  logging.info(
+    'Checkpoint of round %d written%s',
+    round_num,
+    f' in {seconds:.1f} s' if files.release else '',
+  )
+
+
+def _summary(config, prepared, progress, seed_clash, totals) -> dict:
+  """What `summary.json` holds (the wall time is added by the caller)."""
+  task, method, params = prepared.task, prepared.method, prepared.params
+  sampling, ledger, rows = prepared.sampling, progress.ledger, progress.rows
   final = rows[-1] if rows else {}
-  summary = {
+  return {
     'config': config.to_dict(),
     'task_description': task.description,
     'method_description': method.description,
-    'num_clients': len(client_ids),
-    'num_model_params': num_params,
+    'num_clients': len(task.train_data.client_ids),
+    'num_model_params': params.num_model_params,
     'sampling': sampling.to_dict(),
     'noise_multiplier': params.noise_multiplier if method.private else None,
     # --clip, or what replaced it (--clip_from_public_round).
@@ -372,7 +523,7 @@ def run_experiment(
     )
     if method.private and method.round_event is not None
     else None,
-    'delta': delta,
+    'delta': prepared.delta,
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
     else [],
@@ -381,24 +532,15 @@ def run_experiment(
     ),
     'epsilon_rdp': final.get('epsilon_rdp'),
     'epsilon_pld': final.get('epsilon_pld'),
-    'bytes_per_client_per_round': dataclasses.asdict(cost),
+    'bytes_per_client_per_round': dataclasses.asdict(prepared.cost),
     'bytes_down_total': totals['down'],
     'bytes_up_total': totals['up'],
     'final': {k: v for k, v in final.items() if k.startswith('test_')},
     'rounds_completed': len(rows),
     # Above 1 when this invocation resumed from a checkpoint: its wall time
     # then covers only the rounds from here on.
-    'first_round_this_invocation': start_round,
-    'wall_seconds_this_invocation': time.perf_counter() - start,
+    'first_round_this_invocation': progress.start_round,
   }
-  if output_dir is not None:
-    outputs.save_model_weights(
-      output_dir / 'final_model_weights.npz', process.get_model_weights(state)
-    )
-    files.write_summary(summary)
-  if config.local_workers:
-    distributed.stop_local_workers()
-  return files.returned_summary(summary)
 
 
 def client_lr_at(config: ExperimentConfig, round_num: int) -> float:
@@ -409,7 +551,8 @@ def client_lr_at(config: ExperimentConfig, round_num: int) -> float:
 def clip_from_fedavg(
   config: ExperimentConfig, rounds: int = 3, fraction: float = 0.5
 ) -> float:
-  """Seed 003's clip: `fraction` of FedAvg's average unclipped update norm.
+  """Zhang et al. 2022's clip: `fraction` of FedAvg's mean unclipped
+  update norm.
 
   Runs `rounds` rounds of non-private FedAvg with `config`'s task, data,
   sampling and local training (no output directory) and returns `fraction`
