@@ -16,21 +16,13 @@ sketch with the same seed hash identically, and there is no global random
 state. `hashes()` costs O(rows x dim); aggregators compute it once a round on
 the server and broadcast it to the clients.
 
-`hashing='block'` is a cheaper hash family with the same guarantees the
-count sketch's analysis uses. The vector is cut into blocks of `columns`
-consecutive coordinates; in row j, block b is cyclically shifted by s_j(b),
-uniform in [0, columns), and multiplied by a sign sigma_j(b), both drawn
-once from `seed` (h_j(i) = (i mod columns + s_j(b)) mod columns). Two
-coordinates in different blocks collide in a row with probability exactly
-1/columns, independently across rows, and then their sign product is a fresh
-uniform sign; two in the same block never collide. So each estimate is the
-coordinate plus a Rademacher sum over the other blocks, with expected square
-||x||^2 / columns at most, as for the per-coordinate hashes. Sketching is a
-dense sum of rows x blocks rolled slices instead of a scatter of rows x dim
-values: 19 ms instead of 75 ms for 5 x 1.66M on one thread here, and the
-hashes are 2 x rows x blocks numbers instead of 2 x rows x dim (ad-hoc
-timings, 2026-11-22). It needs dim <= 1024 x columns (one graph op per
-block and row). 'murmur', the default, reproduces earlier results.
+`hashing='block'` is a cheaper family: the vector is cut into blocks of
+`columns` consecutive coordinates and, in row j, block b is cyclically
+shifted by s_j(b), uniform in [0, columns), and multiplied by a sign
+sigma_j(b), both drawn once from `seed`: h_j(i) = (i mod columns + s_j(b))
+mod columns. It needs dim <= 1024 x columns (one graph op per block and
+row). 'murmur' is the default. See docs/papers/dpsfl.md for why 'block'
+keeps the guarantees the count sketch's analysis uses, and its cost.
 
 Estimation takes the median over rows with a min/max sorting network and
 the heavy hitters by radix select (`selection`; exact: the same values as a
@@ -47,7 +39,8 @@ HASHINGS = ('murmur', 'block')
 MAX_BLOCKS = 1024
 
 
-def _check_int(name: str, value, low: int) -> None:
+def check_int(name: str, value, low: int) -> None:
+  """Raises ValueError unless `value` is an integer >= `low`."""
   if not isinstance(value, (int, np.integer)) or value < low:
     raise ValueError(f'{name} must be an integer >= {low}. Found {value!r}.')
 
@@ -68,8 +61,21 @@ def _fmix32(h: tf.Tensor) -> tf.Tensor:
 
 
 def check_hashing(hashing: str) -> None:
+  """Raises ValueError unless `hashing` is one of `HASHINGS`."""
   if hashing not in HASHINGS:
     raise ValueError(f'hashing must be one of {HASHINGS}. Found {hashing!r}.')
+
+
+def check_table(rows, columns, hashing: str = 'murmur') -> None:
+  """Checks a table's shape and hash family as `CountSketch` does.
+
+  Raises:
+    ValueError: If rows or columns is not an integer >= 1, or the hashing
+      is unknown (the dimension's checks are `CountSketch`'s).
+  """
+  check_int('rows', rows, 1)
+  check_int('columns', columns, 1)
+  check_hashing(hashing)
 
 
 def _median(rows: list[tf.Tensor]) -> tf.Tensor:
@@ -116,9 +122,9 @@ class CountSketch:
       ValueError: If rows, columns or dim is < 1 (or dim >= 2^31 - 1), the
         hashing is unknown, or 'block' would need more than 1024 blocks.
     """
-    _check_int('rows', rows, 1)
-    _check_int('columns', columns, 1)
-    _check_int('dim', dim, 1)
+    check_int('rows', rows, 1)
+    check_int('columns', columns, 1)
+    check_int('dim', dim, 1)
     if dim >= _MAX_DIM:
       raise ValueError(f'dim must be < {_MAX_DIM}. Found {dim!r}.')
     check_hashing(hashing)

@@ -1,91 +1,14 @@
-"""FetchSGD, DPSFL and DPSFL-AC: count-sketched updates (seed 002).
+"""FetchSGD, DPSFL and DPSFL-AC: count-sketched updates.
 
-One aggregation factory, three settings:
+`SketchAggregatorFactory` runs FetchSGD (Rothchild et al. 2020) and the
+DPSFL paper's DPSFL and DPSFL-AC. Clients send sketches S_i (DPSFL: clipped
+to ||S_i||_F <= sqrt(rows) C); the server forms the mean
+S = (sum_i S_i + N(0, (z sqrt(rows) C)^2)) / n (FetchSGD: no noise, n the
+participants), S_u <- rho S_u + S, S_e <- S_e + lr S_u, releases
+Delta = top_k(S_e) and sets S_e <- S_e - S(Delta). DPSFL-AC adapts the clip:
+C <- C exp(eta_C (p - p_hat)), p_hat = (sum_i b_i + N(0, sigma_b^2)) / n.
 
-* **FetchSGD** (Rothchild et al. 2020, Alg. 1, no privacy): each client
-  sends the count sketch S(g) of its update g; the server averages them
-  (mean over participants), keeps a momentum sketch S_u <- rho S_u + S and
-  an error-feedback sketch S_e <- S_e + lr S_u, recovers the k coordinates
-  with the largest median estimate from S_e (`CountSketch.top_k`), outputs
-  that k-sparse vector Delta, and removes it from the error sketch:
-  S_e <- S_e - S(Delta). The state persists across rounds. Reading chosen:
-  the one-round variant (values estimated from the sketch; no second round
-  for exact values) and momentum kept in sketch space without zeroing.
-* **DPSFL** (seed 002, Alg. 1-2): as FetchSGD, but each client's sketch is
-  clipped and the sum gets Gaussian noise. Clip what you noise: the sketch
-  itself is scaled so that ||S||_F <= sqrt(rows) * clip (for a sketch
-  without collisions ||S(g)||_F = sqrt(rows) ||g||, so `clip` reads as a
-  clip of the update's norm); its L2 sensitivity is then sqrt(rows) * clip
-  and N(0, (z sqrt(rows) clip)^2) is added to every counter of the sum (a
-  client-level Gaussian event of multiplier z). The seed's own sensitivity
-  formula was lost in extraction; this bound follows from the code path.
-  The sum is a secure sum of the clipped sketches divided by
-  sqrt(rows) * clip (entries in [-1, 1]); the mean divides by the expected
-  number of clients, as DP-FedAvg does.
-* **DPSFL-AC** (seed 002, Alg. 3-4): the clip adapts. The server broadcasts
-  the clip C_t and the previous round's top-k indices T; each client, with
-  f = its sketch's clipping factor, computes the clipping impact on T and
-  sends the bit b = 1[impact <= gamma]. The seed's Eq. (6) was lost in
-  extraction; around it the seed defines "the norm of top-k coordinates"
-  and "the clipping error of top-k coordinates" separately, which points
-  to a relative test, our default (`impact_rule='relative'`):
-  ||(1 - f) g_T||_2 / ||g_T||_2 <= gamma. Our clip scales the whole sketch
-  (and so the update) by f, so this ratio is 1 - f whatever T is: under
-  norm clipping the relative test does not depend on the top-k set, and
-  DPSFL-AC becomes a quantile controller on the sketch norm, like Andrew
-  et al.'s: the clip settles where a fraction p of the clients have
-  ||S(g)||_F <= sqrt(rows) C / (1 - gamma); the seed's emphasis on the top-k
-  coordinates only matters for a clip that is not a uniform scale. It is
-  computed literally from the gathered values (1 - f where g_T = 0, e.g.
-  in the first round). `impact_rule='absolute'`, ||(1 - f) g_T||_2 <=
-  gamma, is what rows before issue #24 ran: it shrinks the clip whenever
-  the top-k part of an update is small, and our clip collapsed under it
-  (0.3 -> 0.016 in the EMNIST study). The bit's noise defaults to
-  sigma_b = expected clients / 20 (Andrew et al. 2021's choice; the seed
-  gives none and says only that the bit "requires only a negligible
-  fraction of the privacy budget"). The server
-  adds N(0, sigma_b^2) to the sum of bits, estimates the probability
-  p_hat = noisy sum / expected clients and updates
-  C_{t+1} = C_t exp(eta_C (p - p_hat)) (geometric, as Andrew et al.): too
-  few clients within the impact bound raises the clip. Each round releases
-  two Gaussians on the same sampled cohort, the sketch's (multiplier z)
-  and the bit's (multiplier sigma_b, sensitivity 1), composed in the event
-  (`round_event`), which the ledger merges exactly.
-
-Adjacency and sensitivity. The seed's neighbours are record level
-(Def. 1: "two adjacent datasets ... that differ by only one record") and
-its sketch sensitivity is taken over vectors that "differ by at most one
-coordinate" (Def. 4): one counter per row moves, by at most 2C once each
-coordinate is bounded by clipping, so its L2 sensitivity is at most
-2C sqrt(rows). Ours is client level: one client's whole clipped update is
-added or removed. A count-sketch row of a g with ||g|| <= C can reach
-C sqrt(b) (b: the largest number of coordinates hashed to one counter,
-about d / columns, with g aligned to the bucket's signs), so noising a
-sketch of clipped updates with the per-coordinate bound would under-noise
-by up to sqrt(d / columns) (about 9x for the 1.66M-weight CNN at 20,000
-columns, 4x at 100,000). We clip the sketch itself
-(||S||_F <= sqrt(rows) C), so the noise meets the client-level bound,
-which is larger than the seed's. The seed's client "adds DP noise to the
-sketch before transmitting it to the server" (local noise, Alg. 1); we add
-it once to the secure sum of the clipped sketches (central noise behind
-secure aggregation, as DP-FedAvg): the same client-level guarantee for the
-released sum, with the noise of one client instead of n.
-
-Noise is seeded and stateless (the seed is in the state), from `noise_seed`
-(secret by default), never from the hashes' public `seed`; each clipped
-sketch is guarded (`finite_guard`): NaN counters or a float32 norm overflow
-never lift a client past the clip. The output is the
-k-sparse Delta in the value's own structure, so the factory drops into
-`tff.learning` algorithms as an unweighted aggregator; apply it with server
-SGD at learning rate 1 and no server momentum (momentum lives here).
-Measurements: `clip`, `unclipped_probability` (p_hat, DPSFL-AC),
-`num_clients` (FetchSGD) and `sketch_norm` of the aggregate.
-
-Length: the module runs past ~500 lines because the three methods share
-one aggregator (the sketch, its clip and guard, the server's momentum and
-top-k; only the noise and the clip rule differ) and because the docstrings
-carry the sensitivity argument above (about 140 lines); splitting them
-would put one mechanism's privacy reasoning in two files.
+See docs/papers/dpsfl.md for the paper's reading and derivations.
 """
 
 import collections
@@ -165,7 +88,10 @@ class AdaptiveClip:
       resolved by the factory from its `clients_per_round`.
     learning_rate: eta_C > 0 of the geometric update.
     impact_rule: 'relative' (||clip error on T|| / ||g_T||, the default) or
-      'absolute' (||clip error on T||; rows before issue #24).
+      'absolute' (||clip error on T||: the rows `dpsfl_ac` and
+      `dpsfl_ac_gamma0.01` of benchmarks/results/seed002_emnist.md and
+      seed002_cifar10.md, and the DPSFL-AC rows of
+      benchmarks/results/method_cost.md, were recorded with it).
   """
 
   target_probability: float = 0.5
@@ -236,10 +162,139 @@ def round_event(
   )
 
 
+def _check_sketch_args(rows, columns, k, momentum, learning_rate, hashing):
+  """Checks the sketch's and the server's arguments (k against d later)."""
+  count_sketch.check_table(rows, columns, hashing)
+  count_sketch.check_int('k', k, 1)
+  if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+    raise ValueError(f'momentum must be in [0, 1). Found {momentum!r}.')
+  if not learning_rate > 0:
+    raise ValueError(f'learning_rate must be > 0. Found {learning_rate!r}.')
+
+
+def _check_dp_args(noise_multiplier, clients_per_round, clip, adaptive):
+  """Checks the DP arguments: all given (DPSFL) or none (FetchSGD)."""
+  if noise_multiplier is None:
+    if adaptive is not None or clip is not None:
+      raise ValueError(
+        'clip and adaptive need noise_multiplier (DPSFL); FetchSGD has none.'
+      )
+    return
+  if not noise_multiplier >= 0:
+    raise ValueError(
+      f'noise_multiplier must be >= 0. Found {noise_multiplier!r}.'
+    )
+  if clients_per_round is None or not clients_per_round > 0:
+    raise ValueError(
+      f'clients_per_round must be > 0. Found {clients_per_round!r}.'
+    )
+  if clip is None or not clip > 0:
+    raise ValueError(f'clip must be > 0. Found {clip!r}.')
+
+
+def _check_k_within(k: int, dim: int) -> None:
+  if k > dim:
+    raise ValueError(
+      f'k must be in [1, {dim}] (the number of scalars in the value). '
+      f'Found {k!r}.'
+    )
+
+
+def _flatten(value):
+  """The value's tensors as one float32 vector."""
+  return tf.concat(
+    [tf.reshape(tf.cast(v, tf.float32), [-1]) for v in tf.nest.flatten(value)],
+    axis=0,
+  )
+
+
 class SketchAggregatorFactory(
   tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
 ):
-  """FetchSGD / DPSFL / DPSFL-AC (see the module docstring)."""
+  """FetchSGD, DPSFL or DPSFL-AC as an unweighted aggregation factory.
+
+  The value (a structure of float tensors with d scalars in all) is
+  flattened and count-sketched (`count_sketch.CountSketch`, `rows x
+  columns` counters, hashes from the public `seed`).
+
+  Each round the server broadcasts the sketch's hashes, the clip C and the
+  previous round's top-k indices T. A client sends the `[rows, columns]`
+  float32 sketch S(g) of its update g and one float32 bit:
+    * FetchSGD (`noise_multiplier=None`): S(g) as is and the bit 0,
+      summed in the clear (`tff.aggregators.SumFactory`).
+    * DPSFL: S(g) scaled by f = min(1, sqrt(rows) C / ||S(g)||_F) and
+      divided by sqrt(rows) C (entries in [-1, 1]; NaN/Inf counters are
+      zeroed and a float32 norm overflow is clipped in float64, by
+      `finite_guard.bound_in_float64`), and the bit 0, both secure-summed
+      (`tff.aggregators.SecureSumFactory`, ranges [-1, 1] and [0, 1]).
+    * DPSFL-AC: as DPSFL, with the bit b = 1[impact <= gamma], the
+      clipping impact on T being (1 - f) (relative rule, or where g_T = 0)
+      or (1 - f) ||g_T|| (absolute rule).
+
+  The server adds N(0, (z sqrt(rows) C)^2) to every counter of the sum
+  (private), takes the mean over `clients_per_round` (private) or over the
+  participants (FetchSGD), updates the momentum sketch
+  S_u <- rho S_u + mean and the error sketch S_e <- S_e + lr S_u, and
+  releases the k-sparse Delta of S_e's k largest median estimates, in the
+  value's own structure (S_e <- S_e - S(Delta)). DPSFL-AC also adds
+  N(0, sigma_b^2) to the bit sum, p_hat = noisy sum / clients_per_round, and
+  sets C <- C exp(eta_C (p - p_hat)). Noise is stateless, from a seed in the
+  state (from `noise_seed`), split each round. Apply Delta with server SGD
+  at learning rate 1 and no server momentum (momentum lives here).
+
+  DP event (`round_event()`, also returned by `released_event(state,
+  measurements)`, which `dp_events.released_event` calls; fixed at
+  construction, before sampling): DPSFL `GaussianDpEvent(z)`; DPSFL-AC
+  `ComposedDpEvent([GaussianDpEvent(z), GaussianDpEvent(sigma_b)])`, the
+  sketch's and the bit's Gaussians on the same cohort. Neighbouring
+  relation: add/remove-one client (client level: one client's whole
+  clipped sketch added or removed), the sketch sum's L2 sensitivity
+  sqrt(rows) C and the bit sum's 1. FetchSGD releases no event (both
+  raise). Delta, the state and the measurements are post-processing of the
+  noisy sums, except `num_clients`.
+
+  State: `OrderedDict(server=OrderedDict(momentum, error, clip, top_k,
+  seed), table_sum=..., bit_sum=...)`: the momentum and error sketches, the
+  clip, T and the noise seed; the inner sums' states.
+
+  Measurements (`OrderedDict`):
+    * `clip`: the clip C used this round (NaN for FetchSGD);
+    * `unclipped_probability`: p_hat (NaN unless DPSFL-AC);
+    * `num_clients`: the number of participants, not noised (outside the
+      DP event; the runner lists it among its non-private outputs);
+    * `sketch_norm`: the Frobenius norm of the (noisy) mean sketch.
+
+  Args:
+    rows: Sketch rows, an integer >= 1.
+    columns: Sketch columns, an integer >= 1.
+    k: Coordinates released a round, an integer in [1, d] (d is checked by
+      `create`).
+    momentum: rho in [0, 1).
+    learning_rate: lr > 0 scaling the momentum into the error sketch.
+    noise_multiplier: z >= 0 (DPSFL / DPSFL-AC); None: FetchSGD.
+    clients_per_round: Expected clients a round (the DP mean's
+      denominator), > 0; required with `noise_multiplier`.
+    clip: The clip C (initial, with `adaptive`), > 0; required with
+      `noise_multiplier`.
+    adaptive: DPSFL-AC's `AdaptiveClip` (its ranges there); None: a fixed
+      clip. Its bit noise defaults to `clients_per_round` / 20; a warning
+      is logged if it lowers the merged noise multiplier below
+      `BIT_NOISE_WARNING_RATIO` of z.
+    seed: Seeds the hashes (public randomness).
+    noise_seed: Seeds the noise of the sketch and of DPSFL-AC's bit: None
+      (default) draws a secret; an int s starts the stream (s, 7) (keep it
+      secret).
+    hashing: The count sketch's hash family, 'murmur' or 'block' ('block'
+      needs d <= 1024 x columns; see `count_sketch`).
+
+  Raises:
+    ValueError: At construction, on a bad argument, naming it and its
+      allowed range, or if `clip` or `adaptive` is given without
+      `noise_multiplier`; at `create`, if k > d or 'block' hashing needs
+      more than 1024 blocks. `round_event` and `released_event` raise for
+      FetchSGD.
+    TypeError: At `create`, if the value has a non-float tensor.
+  """
 
   def __init__(
     self,
@@ -257,54 +312,10 @@ class SketchAggregatorFactory(
     noise_seed: dp_queries.NoiseSeed = None,
     hashing: str = 'murmur',
   ):
-    """Checks the arguments (k against d at `create`).
-
-    Args:
-      rows: Sketch rows, >= 1.
-      columns: Sketch columns, >= 1.
-      k: Coordinates recovered a round, in [1, d].
-      momentum: rho in [0, 1).
-      learning_rate: lr > 0 scaling the momentum into the error sketch.
-      noise_multiplier: z >= 0 (DPSFL / DPSFL-AC); None: FetchSGD.
-      clients_per_round: Expected clients a round (the DP mean's
-        denominator), > 0; required with `noise_multiplier`.
-      clip: The (initial, with `adaptive`) clip, > 0; required with
-        `noise_multiplier`.
-      adaptive: DPSFL-AC's adaptive clip; None: a fixed clip.
-      seed: Seeds the hashes (public randomness).
-      noise_seed: Seeds the noise of the sketch and of DPSFL-AC's bit: None
-        (default) draws a secret; an int s starts the stream (s, 7) (keep
-        it secret).
-      hashing: The count sketch's hash family, 'murmur' or 'block' (see
-        `count_sketch`; 'block' needs d <= 1024 x columns).
-
-    Raises:
-      ValueError: On a bad argument, naming it and its allowed range.
-    """
-    # The sketch checks rows, columns and hashing; dim 1 is a placeholder.
-    count_sketch.CountSketch(rows, columns, 1, hashing=hashing)
-    if not isinstance(k, (int, np.integer)) or k < 1:
-      raise ValueError(f'k must be an integer >= 1. Found {k!r}.')
-    if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
-      raise ValueError(f'momentum must be in [0, 1). Found {momentum!r}.')
-    if not learning_rate > 0:
-      raise ValueError(f'learning_rate must be > 0. Found {learning_rate!r}.')
+    """Checks the arguments (k against d at `create`); see the class doc."""
+    _check_sketch_args(rows, columns, k, momentum, learning_rate, hashing)
     private = noise_multiplier is not None
-    if private:
-      if not noise_multiplier >= 0:
-        raise ValueError(
-          f'noise_multiplier must be >= 0. Found {noise_multiplier!r}.'
-        )
-      if clients_per_round is None or not clients_per_round > 0:
-        raise ValueError(
-          f'clients_per_round must be > 0. Found {clients_per_round!r}.'
-        )
-      if clip is None or not clip > 0:
-        raise ValueError(f'clip must be > 0. Found {clip!r}.')
-    elif adaptive is not None or clip is not None:
-      raise ValueError(
-        'clip and adaptive need noise_multiplier (DPSFL); FetchSGD has none.'
-      )
+    _check_dp_args(noise_multiplier, clients_per_round, clip, adaptive)
     if adaptive is not None:
       adaptive.check()
       adaptive = adaptive.resolved(clients_per_round)
@@ -329,37 +340,70 @@ class SketchAggregatorFactory(
     return self._private
 
   def round_event(self) -> dp_accounting.DpEvent:
+    """The round's event before sampling (see the class docstring).
+
+    Raises:
+      ValueError: For FetchSGD, which releases no event.
+    """
     if not self._private:
       raise ValueError('FetchSGD releases no DP event.')
     return round_event(self._z, self._adaptive)
 
+  def released_event(self, state, measurements) -> dp_accounting.DpEvent:
+    """The round's event, as `dp_events.released_event` reads it.
+
+    It is `round_event()`, fixed at construction: the state and the
+    measurements are not read.
+
+    Raises:
+      ValueError: For FetchSGD, which releases no event.
+    """
+    del state, measurements
+    return self.round_event()
+
   def create(self, value_type) -> tff.templates.AggregationProcess:
     specs, flat_specs, sizes = _flat_spec(value_type)
     dim = sum(sizes)
-    if self._k > dim:
-      raise ValueError(
-        f'k must be in [1, {dim}] (the number of scalars in the value). '
-        f'Found {self._k!r}.'
-      )
+    _check_k_within(self._k, dim)
     sk = count_sketch.CountSketch(
       self._rows, self._columns, dim, self._seed, hashing=self._hashing
     )
-    rows, cols, k = self._rows, self._columns, self._k
-    rho, lr = self._momentum, self._lr
-    private, z, adaptive = self._private, self._z, self._adaptive
-    clients = self._clients
-    sqrt_rows = math.sqrt(rows)
-    table_type = tff.TensorType(np.float32, [rows, cols])
-    noise_seed = self._noise_seed
+    initial_server = self._initial_server()
+    server_type = initial_server.type_signature.result
 
-    def flatten(value):
-      return tf.concat(
+    @tff.tensorflow.computation
+    def make_hashes():
+      return sk.hashes()
+
+    hashes_type = make_hashes.type_signature.result
+    encode = self._client_encode(sk, value_type, hashes_type, server_type.top_k)
+
+    def unflatten(delta):
+      parts = tf.split(delta, sizes)
+      return tf.nest.pack_sequence_as(
+        specs,
         [
-          tf.reshape(tf.cast(v, tf.float32), [-1])
-          for v in tf.nest.flatten(value)
+          tf.cast(tf.reshape(p, s.shape), s.dtype)
+          for p, s in zip(parts, flat_specs)
         ],
-        axis=0,
       )
+
+    server_update = self._server_update(
+      sk, server_type, encode.type_signature.result, hashes_type, unflatten
+    )
+    table_sum, bit_sum = self._inner_sums()
+    return _aggregation_process(
+      value_type,
+      initial_server,
+      make_hashes,
+      encode,
+      server_update,
+      table_sum,
+      bit_sum,
+    )
+
+  def _initial_server(self) -> tff.Computation:
+    rows, cols, k = self._rows, self._columns, self._k
 
     @tff.tensorflow.computation
     def initial_server():
@@ -368,53 +412,67 @@ class SketchAggregatorFactory(
         error=tf.zeros([rows, cols]),
         clip=tf.constant(self._clip or 0.0, tf.float32),
         top_k=tf.zeros([k], tf.int32),
-        seed=tf.constant(noise_seed, tf.int64),
+        seed=tf.constant(self._noise_seed, tf.int64),
       )
 
-    server_type = initial_server.type_signature.result
+    return initial_server
 
-    @tff.tensorflow.computation
-    def make_hashes():
-      return sk.hashes()
-
-    hashes_type = make_hashes.type_signature.result
+  def _client_encode(
+    self, sk, value_type, hashes_type, top_k_type
+  ) -> tff.Computation:
+    """The client step: the (clipped, scaled) sketch and the bit."""
 
     @tff.tensorflow.computation(
-      value_type, hashes_type, tff.TensorType(np.float32), server_type.top_k
+      value_type, hashes_type, tff.TensorType(np.float32), top_k_type
     )
     def encode(value, hashes, clip, top_k):
-      g = flatten(value)
+      g = _flatten(value)
       table = sk.sketch(g, hashes)
-      if not private:
+      if not self._private:
         return collections.OrderedDict(table=table, bit=tf.constant(0.0))
-      bound = sqrt_rows * clip
-      norm = tf.norm(table)
-
-      def fast():
-        factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-30))
-        return table * factor / bound, factor
-
-      def slow():  # NaN/Inf counters (zeroed) or a float32 norm overflow.
-        (bounded,), _, norm64 = finite_guard.bound_in_float64([table], bound)
-        factor = tf.minimum(
-          tf.constant(1.0, tf.float64), tf.cast(bound, tf.float64) / norm64
-        )
-        return bounded / bound, tf.cast(factor, tf.float32)
-
       # In [-1, 1] entrywise: the clipped sketch over its norm bound.
-      scaled, factor = tf.cond(tf.math.is_finite(norm), fast, slow)
+      scaled, factor = self._clip_sketch(table, clip)
       bit = tf.constant(0.0)
-      if adaptive is not None:
-        top_norm = tf.norm(tf.gather(g, top_k))
-        impact = (1.0 - factor) * top_norm
-        if adaptive.impact_rule == 'relative':
-          impact = tf.where(
-            top_norm > 0, impact / tf.maximum(top_norm, 1e-30), 1.0 - factor
-          )
-        bit = tf.cast(impact <= adaptive.impact_threshold, tf.float32)
+      if self._adaptive is not None:
+        bit = self._impact_bit(g, top_k, factor)
       return collections.OrderedDict(table=scaled, bit=bit)
 
-    payload_type = encode.type_signature.result
+    return encode
+
+  def _clip_sketch(self, table, clip):
+    """`(table * f / bound, f)`, bound = sqrt(rows) C, f = min(1, b/||S||)."""
+    bound = math.sqrt(self._rows) * clip
+    norm = tf.norm(table)
+
+    def fast():
+      factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-30))
+      return table * factor / bound, factor
+
+    def slow():  # NaN/Inf counters (zeroed) or a float32 norm overflow.
+      (bounded,), _, norm64 = finite_guard.bound_in_float64([table], bound)
+      factor = tf.minimum(
+        tf.constant(1.0, tf.float64), tf.cast(bound, tf.float64) / norm64
+      )
+      return bounded / bound, tf.cast(factor, tf.float32)
+
+    return tf.cond(tf.math.is_finite(norm), fast, slow)
+
+  def _impact_bit(self, g, top_k, factor):
+    """DPSFL-AC's bit 1[clipping impact on the previous top-k <= gamma]."""
+    adaptive = self._adaptive
+    top_norm = tf.norm(tf.gather(g, top_k))
+    impact = (1.0 - factor) * top_norm
+    if adaptive.impact_rule == 'relative':
+      impact = tf.where(
+        top_norm > 0, impact / tf.maximum(top_norm, 1e-30), 1.0 - factor
+      )
+    return tf.cast(impact <= adaptive.impact_threshold, tf.float32)
+
+  def _server_update(
+    self, sk, server_type, payload_type, hashes_type, unflatten
+  ) -> tff.Computation:
+    """The server step: noise, mean, clip update, momentum and top-k."""
+    private = self._private
 
     @tff.tensorflow.computation(
       server_type, payload_type, hashes_type, tff.TensorType(np.float32)
@@ -422,37 +480,14 @@ class SketchAggregatorFactory(
     def server_update(state, total, hashes, num_clients):
       seeds = tf.random.experimental.stateless_split(state['seed'], num=3)
       clip = state['clip']
-      if private:
-        bound = sqrt_rows * clip
-        noise = tf.random.stateless_normal(
-          [rows, cols], seed=seeds[0], stddev=z * bound
-        )
-        mean = (total['table'] * bound + noise) / clients
-      else:
-        mean = total['table'] / tf.maximum(num_clients, 1.0)
-      new_clip = clip
-      p_hat = tf.constant(float('nan'))
-      if adaptive is not None:
-        bit_noise = tf.random.stateless_normal(
-          [], seed=seeds[1], stddev=adaptive.bit_noise_multiplier
-        )
-        p_hat = (total['bit'] + bit_noise) / clients
-        new_clip = clip * tf.exp(
-          adaptive.learning_rate * (adaptive.target_probability - p_hat)
-        )
-      momentum = rho * state['momentum'] + mean
-      error = state['error'] + lr * momentum
-      idx, values = sk.top_k(error, k, hashes)
-      delta = tf.scatter_nd(idx[:, None], values, [dim])
+      mean = self._mean_sketch(total['table'], clip, num_clients, seeds)
+      new_clip, p_hat = self._next_clip(total['bit'], clip, seeds)
+      momentum = self._momentum * state['momentum'] + mean
+      error = state['error'] + self._lr * momentum
+      idx, values = sk.top_k(error, self._k, hashes)
+      delta = tf.scatter_nd(idx[:, None], values, [sk.dim])
       error = error - sk.sketch(delta, hashes)
-      parts = tf.split(delta, sizes)
-      result = tf.nest.pack_sequence_as(
-        specs,
-        [
-          tf.cast(tf.reshape(p, s.shape), s.dtype)
-          for p, s in zip(parts, flat_specs)
-        ],
-      )
+      result = unflatten(delta)
       new_state = collections.OrderedDict(
         momentum=momentum,
         error=error,
@@ -468,7 +503,43 @@ class SketchAggregatorFactory(
       )
       return new_state, result, measurements
 
-    if private:
+    return server_update
+
+  def _mean_sketch(self, table_sum, clip, num_clients, seeds):
+    """The (noisy) sum's mean: over the expected or the actual clients.
+
+    The noise is drawn from `seeds[0]`, indexed here (an op in the graph).
+    """
+    if not self._private:
+      return table_sum / tf.maximum(num_clients, 1.0)
+    bound = math.sqrt(self._rows) * clip
+    noise = tf.random.stateless_normal(
+      [self._rows, self._columns], seed=seeds[0], stddev=self._z * bound
+    )
+    return (table_sum * bound + noise) / self._clients
+
+  def _next_clip(self, bit_sum, clip, seeds):
+    """`(next clip, p_hat)`: DPSFL-AC's geometric update, else unchanged.
+
+    The bit's noise is drawn from `seeds[1]`, indexed here.
+    """
+    adaptive = self._adaptive
+    new_clip = clip
+    p_hat = tf.constant(float('nan'))
+    if adaptive is not None:
+      bit_noise = tf.random.stateless_normal(
+        [], seed=seeds[1], stddev=adaptive.bit_noise_multiplier
+      )
+      p_hat = (bit_sum + bit_noise) / self._clients
+      new_clip = clip * tf.exp(
+        adaptive.learning_rate * (adaptive.target_probability - p_hat)
+      )
+    return new_clip, p_hat
+
+  def _inner_sums(self):
+    """`(table sum, bit sum)` processes: secure (private) or plain."""
+    table_type = tff.TensorType(np.float32, [self._rows, self._columns])
+    if self._private:
       table_sum = tff.aggregators.SecureSumFactory(1.0, -1.0).create(table_type)
       bit_sum = tff.aggregators.SecureSumFactory(1.0, 0.0).create(
         tff.TensorType(np.float32)
@@ -476,55 +547,66 @@ class SketchAggregatorFactory(
     else:
       table_sum = tff.aggregators.SumFactory().create(table_type)
       bit_sum = tff.aggregators.SumFactory().create(tff.TensorType(np.float32))
+    return table_sum, bit_sum
 
-    @tff.tensorflow.computation
-    def one():
-      return tf.constant(1.0)
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(
-        collections.OrderedDict(
-          server=tff.federated_eval(initial_server, tff.SERVER),
-          table_sum=table_sum.initialize(),
-          bit_sum=bit_sum.initialize(),
-        )
+def _aggregation_process(
+  value_type,
+  initial_server,
+  make_hashes,
+  encode,
+  server_update,
+  table_sum,
+  bit_sum,
+) -> tff.templates.AggregationProcess:
+  """Places the steps: broadcast, client encode, sums, server update."""
+
+  @tff.tensorflow.computation
+  def one():
+    return tf.constant(1.0)
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(
+      collections.OrderedDict(
+        server=tff.federated_eval(initial_server, tff.SERVER),
+        table_sum=table_sum.initialize(),
+        bit_sum=bit_sum.initialize(),
       )
-
-    @tff.federated_computation(
-      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
     )
-    def next_fn(state, value):
-      server = state.server
-      hashes = tff.federated_eval(make_hashes, tff.SERVER)
-      payload = tff.federated_map(
-        encode,
-        (
-          value,
-          tff.federated_broadcast(hashes),
-          tff.federated_broadcast(server.clip),
-          tff.federated_broadcast(server.top_k),
-        ),
-      )
-      tables = table_sum.next(state.table_sum, payload.table)
-      bits = bit_sum.next(state.bit_sum, payload.bit)
-      num_clients = tff.federated_sum(tff.federated_eval(one, tff.CLIENTS))
-      total = tff.federated_zip(
-        collections.OrderedDict(table=tables.result, bit=bits.result)
-      )
-      new_server, result, measurements = tff.federated_map(
-        server_update, (server, total, hashes, num_clients)
-      )
-      new_state = tff.federated_zip(
-        collections.OrderedDict(
-          server=new_server, table_sum=tables.state, bit_sum=bits.state
-        )
-      )
-      return tff.templates.MeasuredProcessOutput(
-        new_state, result, measurements
-      )
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+  )
+  def next_fn(state, value):
+    server = state.server
+    hashes = tff.federated_eval(make_hashes, tff.SERVER)
+    payload = tff.federated_map(
+      encode,
+      (
+        value,
+        tff.federated_broadcast(hashes),
+        tff.federated_broadcast(server.clip),
+        tff.federated_broadcast(server.top_k),
+      ),
+    )
+    tables = table_sum.next(state.table_sum, payload.table)
+    bits = bit_sum.next(state.bit_sum, payload.bit)
+    num_clients = tff.federated_sum(tff.federated_eval(one, tff.CLIENTS))
+    total = tff.federated_zip(
+      collections.OrderedDict(table=tables.result, bit=bits.result)
+    )
+    new_server, result, measurements = tff.federated_map(
+      server_update, (server, total, hashes, num_clients)
+    )
+    new_state = tff.federated_zip(
+      collections.OrderedDict(
+        server=new_server, table_sum=tables.state, bit_sum=bits.state
+      )
+    )
+    return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def fetchsgd(
@@ -532,8 +614,18 @@ def fetchsgd(
 ) -> SketchAggregatorFactory:
   """FetchSGD: sketched updates, momentum and error feedback, no DP.
 
-  `options`: `momentum`, `learning_rate`, `seed`, `noise_seed`, `hashing` (see
-  `SketchAggregatorFactory`).
+  Args:
+    rows: Sketch rows, an integer >= 1.
+    columns: Sketch columns, an integer >= 1.
+    k: Coordinates released a round, an integer in [1, d].
+    **options: `momentum`, `learning_rate`, `seed`, `noise_seed`, `hashing`
+      (see `SketchAggregatorFactory`).
+
+  Returns:
+    A non-private `SketchAggregatorFactory` (it releases no DP event).
+
+  Raises:
+    ValueError: On a bad argument (see `SketchAggregatorFactory`).
   """
   return SketchAggregatorFactory(rows=rows, columns=columns, k=k, **options)
 
@@ -550,7 +642,23 @@ def dpsfl(
 ) -> SketchAggregatorFactory:
   """DPSFL: clipped sketches, Gaussian noise on their sum, FetchSGD server.
 
-  `options` as for `fetchsgd`.
+  Args:
+    rows: Sketch rows, an integer >= 1.
+    columns: Sketch columns, an integer >= 1.
+    k: Coordinates released a round, an integer in [1, d].
+    noise_multiplier: z >= 0: the sum's noise stddev over its sensitivity
+      sqrt(rows) * clip.
+    clients_per_round: Expected clients a round (the mean's denominator),
+      > 0.
+    clip: The clip C > 0 of a client's sketch, ||S||_F <= sqrt(rows) C.
+    **options: As for `fetchsgd`, and `adaptive` (see `dpsfl_ac`).
+
+  Returns:
+    A `SketchAggregatorFactory` whose round releases
+    `GaussianDpEvent(noise_multiplier)` (add/remove-one client).
+
+  Raises:
+    ValueError: On a bad argument (see `SketchAggregatorFactory`).
   """
   return SketchAggregatorFactory(
     rows=rows,
@@ -576,7 +684,25 @@ def dpsfl_ac(
 ) -> SketchAggregatorFactory:
   """DPSFL-AC: DPSFL with the clip adapted from noisy clipping-impact bits.
 
-  `adaptive` defaults to `AdaptiveClip()`; `options` as for `fetchsgd`.
+  Args:
+    rows: Sketch rows, an integer >= 1.
+    columns: Sketch columns, an integer >= 1.
+    k: Coordinates released a round, an integer in [1, d].
+    noise_multiplier: z >= 0 of the sketch sum (as for `dpsfl`).
+    clients_per_round: Expected clients a round, > 0.
+    initial_clip: The first round's clip C > 0.
+    adaptive: The clip rule (`AdaptiveClip`, its ranges there); None:
+      `AdaptiveClip()`. Its bit noise defaults to clients_per_round / 20.
+    **options: As for `fetchsgd`.
+
+  Returns:
+    A `SketchAggregatorFactory` whose round releases
+    `ComposedDpEvent([GaussianDpEvent(z), GaussianDpEvent(sigma_b)])`
+    (add/remove-one client).
+
+  Raises:
+    ValueError: On a bad argument (see `SketchAggregatorFactory` and
+      `AdaptiveClip`).
   """
   return dpsfl(
     rows,
