@@ -1,79 +1,18 @@
-"""CMP-Fed and UV-Fed: low-rank updates by one power iteration (seed 001).
+"""CMP-Fed and UV-Fed: low-rank updates by one power iteration.
 
-Guo, Hu, Gong, "Agent-Level Differentially Private Federated Learning via
-Compressed Model Perturbation" (seed 001), Alg. 1. Every weight tensor of the
-update is treated as a matrix Delta (m x n), "a set of weight matrices, each
-corresponding to a layer", with "subspace U is an m by r matrix, model
-embedding V is an n by r matrix". Which side of a layer is m the seed does not
-say. A TF kernel of shape (..., c_out) is the (in, out) matrix K with in =
-prod(...). By default (`layout='out_in'`) M = K^T, so U has the output side's
-rows, as on a PyTorch weight (out, in): the seed's code is in PyTorch ("All
-the algorithms are implemented in PyTorch") and it cites PowerSGD [9], whose P
-= M Q sits on the output side. This is our reading, by inference. It matters:
-U is the release that picks the subspace and its noise energy grows with its
-coordinates (618 r rows for the McMahan CNN against 4,473 r on the input
-side). `layout='in_out'` (U on the input side) is what runs before issue #24
-used; `'min_side'` puts U on the smaller side of each matrix. Each matrix has
-a rank r_l = min(rank, m, n) (a rank above min(m, n) is reduced to it: that
-factorisation is already exact). Vectors (biases, norms) are not factorised:
-they travel dense in the clipped payload of one phase, the second by default
-(`vectors_phase='v'`, under C2); the seed says nothing about them. Sent in the
-first phase (`'u'`, runs before issue #24) they share C1 with U, and a client
-whose biases alone exceed C1 scales its U down with them.
-`dense_below=N` (ours, not the seed's; default 0) treats every kernel with
-fewer than N entries as a vector too: only the large layers are factorised,
-and the small ones travel dense, clipped and noised with the biases. The
-`client_norms` measurement reports the cohort's mean pre-clip norms of U_i,
-V_i and the vectors. The server keeps V (n x r_l per matrix) in its state
-as the warm start; a round is two secure-sum phases in one
-`AggregationProcess.next`:
+Guo et al. (CMP-Fed), Alg. 1: each kernel is a matrix Delta (m x n) of rank
+r_l = min(rank, m, n), and a round is two secure-sum phases. Phase 1:
+U = (sum_i clip_C1(Delta_i V) + N(0, (z C1)^2)) / S, U_hat = qr(U). Phase
+2: V' = (sum_i clip_C2(Delta_i^T U_hat) + N(0, (z C2)^2)) / S. The update
+is U_hat V'^T per matrix (dense tensors: their noisy mean) and V' is the
+next round's V (V_0 ~ N(0, 1) from the public seed). UV-Fed: the same
+phases as plain means over the participants, no clip and no noise.
 
-1. clients compute U_i = Delta_i V, clipped to C1 over all layers together
-   (with the vectors if `vectors_phase='u'`); the DP query adds
-   N(0, (z C1)^2) to the sum and divides by the expected number of clients
-   (secure sum of clipped values); the server orthonormalises each mean U
-   by a reduced QR into U_hat and broadcasts it;
-2. clients compute V_i = Delta_i^T U_hat (with the vectors by default),
-   clipped to C2, noised N(0, (z C2)^2) the same way;
-
-and the update is U_hat V^T per matrix, with the vectors' noisy mean.
-The mean V of phase 2 is the next round's warm start, as in the seed's
-Alg. 1 (line 15 feeds line 6; PowerSGD's reuse). V_0 is seeded i.i.d.
-N(0, 1) from the public `seed`; the two phases' noise comes from
-`noise_seed` (secret by default, see `dp_fedavg.gaussian_fixed`), one
-independent stream per phase. Seed 001's per-agent noise
-sigma_j = C_j z / sqrt(S) summed over S agents is N(0, (C_j z)^2) on the
-sum: the same release, added once here. Each phase's payload is clipped by
-the guarded clip of `dp_queries` (U = Delta V can overflow float32 even for
-a bounded Delta).
-
-C1 and C2 are the caller's. The seed's rule for them is "the clipping
-parameter is selected according to the median of the l2-norm of the
-subspace/embedding/model to be clipped" (Sec. V); `client_norms` below
-measures those norms, and `benchmarks.studies.cmp_clip_from_run` applies
-the rule to a probe run (tuning outside the privacy ledger unless the probe
-runs on public data).
-
-Each round releases two Gaussians of multiplier z on the same sampled
-cohort; both DP states keep their event and the ledger composes them (and
-merges them exactly: one Gaussian of multiplier z / sqrt(2)).
-
-**UV-Fed** (the seed's non-private variant): the same two phases with no
-clipping and no noise, means over the participants.
-
-Measurements: `u` and `v`, the inner aggregators'; `mean_norms` (u_norm,
-v_norm): the L2 norms of the two phases' (noisy) means; `client_norms` (u,
-v, vectors, u_payload, v_payload, u_clipped, v_clipped): the cohort's mean
-pre-clip norms of U_i, V_i (matrices), of the vectors and of each phase's
-whole payload, and the fraction of the cohort whose phase-1 and phase-2
-payloads each clip cut (not private: a diagnostic beside the update
-diagnostics).
-`CMPFedFactory.noise_energy` and `signal_share` turn them into how much of
-each release was signal.
+See docs/papers/cmp_fed.md for the paper's reading and derivations.
 """
 
 import collections
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -98,6 +37,17 @@ def _check_dense_below(dense_below: int) -> None:
 def check_options(
   layout: str, vectors_phase: str, dense_below: int = 0
 ) -> None:
+  """Raises ValueError unless the layout options are allowed.
+
+  Args:
+    layout: One of `LAYOUTS`.
+    vectors_phase: One of `VECTOR_PHASES`.
+    dense_below: An integer >= 0.
+
+  Raises:
+    ValueError: Naming the first bad option (`dense_below` first) and its
+      allowed values.
+  """
   _check_dense_below(dense_below)
   if layout not in LAYOUTS:
     raise ValueError(f'layout must be one of {LAYOUTS}. Found {layout!r}.')
@@ -106,6 +56,27 @@ def check_options(
       f'vectors_phase must be one of {VECTOR_PHASES}. Found '
       f'{vectors_phase!r}.'
     )
+
+
+def _check_rank(rank: int) -> None:
+  if not isinstance(rank, (int, np.integer)) or rank < 1:
+    raise ValueError(f'rank must be an integer >= 1. Found {rank!r}.')
+
+
+def _check_dp_args(noise_multiplier, clients_per_round, clip_u, clip_v):
+  """Checks CMP-Fed's DP arguments, or that UV-Fed was given no clip."""
+  if noise_multiplier is None:
+    if clip_u is not None or clip_v is not None:
+      raise ValueError('clip_u and clip_v need noise_multiplier (CMP-Fed).')
+    return
+  for name, c in (('clip_u (C1)', clip_u), ('clip_v (C2)', clip_v)):
+    if c is None or not c > 0:
+      raise ValueError(f'{name} must be > 0. Found {c!r}.')
+  # The checks of the phases' DP query (`dp_fedavg.gaussian_fixed`), here
+  # at construction; C1 is checked as its `clip` (a finite number).
+  dp_fedavg._check('noise_multiplier', noise_multiplier, positive=False)
+  dp_fedavg._check('clients_per_round', clients_per_round, positive=True)
+  dp_fedavg._check('clip', clip_u, positive=True)
 
 
 def matrix_dims(shape, rank: int, layout: str, dense_below: int = 0):
@@ -175,10 +146,364 @@ def signal_share(mean_norm: float, noise_energy: float) -> float:
   return max(0.0, 1.0 - noise_energy / mean_norm**2)
 
 
+class _Plan(NamedTuple):
+  """How a value's tensors travel (fixed by `create`'s value type)."""
+
+  specs: Any  # The value's `tf.TensorSpec` structure.
+  layout: list  # Per flat tensor: (spec, matrix_dims or None).
+  matrices: list  # (flat index, (m, n, r, transpose)) per factorised kernel.
+  vectors: list  # Flat indices of the tensors sent dense.
+  in_u: bool  # Whether the dense tensors travel in phase 1.
+  u_type: Any  # Phase 1's client payload.
+  v_type: Any  # Phase 2's client payload.
+  v_state_type: Any  # V, the server's warm start.
+
+  @property
+  def num_matrices(self) -> int:
+    return len(self.matrices)
+
+
+def _plan(value_type, rank, layout, dense_below, vectors_phase) -> _Plan:
+  """The value's layout and the two phases' payload types."""
+  specs, layout = _layout(value_type, rank, layout, dense_below)
+  matrices = [(i, dims) for i, (_, dims) in enumerate(layout) if dims]
+  if not matrices:
+    raise ValueError(
+      f'CMP-Fed needs a kernel to factorise: none of {value_type} has 2 '
+      f'or more dimensions and at least dense_below={dense_below} '
+      'entries (DP-FedAvg sends every tensor dense).'
+    )
+  vectors = [i for i, (_, dims) in enumerate(layout) if not dims]
+  f32 = np.float32
+  vec_types = [tff.TensorType(f32, layout[i][0].shape) for i in vectors]
+  in_u = vectors_phase == 'u'
+  u_type = tff.StructWithPythonType(
+    [tff.TensorType(f32, [m, r]) for _, (m, _, r, _) in matrices]
+    + (vec_types if in_u else []),
+    list,
+  )
+  v_type = tff.StructWithPythonType(
+    [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices]
+    + ([] if in_u else vec_types),
+    list,
+  )
+  v_state_type = tff.StructWithPythonType(
+    [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices], list
+  )
+  return _Plan(
+    specs, layout, matrices, vectors, in_u, u_type, v_type, v_state_type
+  )
+
+
+def _as_matrices(plan: _Plan, value):
+  """`(the kernels as float32 matrices M, the dense tensors)` of a value."""
+  flat = tf.nest.flatten(value)
+  mats = []
+  for i, (m, n, _, transpose) in plan.matrices:
+    k = tf.reshape(
+      tf.cast(flat[i], tf.float32), [n, m] if transpose else [m, n]
+    )
+    mats.append(tf.transpose(k) if transpose else k)
+  return mats, [tf.cast(flat[i], tf.float32) for i in plan.vectors]
+
+
+class _Computations(NamedTuple):
+  """The TF computations of one round (client, server and release)."""
+
+  initial_v: Any  # Server: V_0.
+  encode_u: Any  # Client, phase 1: U_i = Delta_i V (+ dense tensors).
+  orthogonalize: Any  # Server: U_hat = qr(mean U).
+  norms: Any  # Release: `mean_norms`.
+  encode_v: Any  # Client, phase 2: V_i = Delta_i^T U_hat (+ dense tensors).
+  v_matrices: Any  # Server: the next V, the phase-2 mean's matrices.
+  client_norms: Any  # Release: a client's `client_norms` (not private).
+  decode: Any  # Server: the result U_hat V^T, in the value's type.
+
+
+def _phase_one(plan: _Plan, value_type, seed: int):
+  """V_0 (public `seed`), the phase-1 client encoder and U_hat, the
+  orthonormalised phase-1 mean."""
+  rng = np.random.default_rng(seed)
+  v0 = [
+    rng.standard_normal((n, r)).astype(np.float32)
+    for _, (_, n, r, _) in plan.matrices
+  ]
+  in_u, num_m = plan.in_u, plan.num_matrices
+
+  @tff.tensorflow.computation
+  def initial_v():
+    return [tf.constant(v) for v in v0]
+
+  @tff.tensorflow.computation(value_type, plan.v_state_type)
+  def encode_u(value, v):
+    mats, vecs = _as_matrices(plan, value)
+    return [tf.matmul(d, vi) for d, vi in zip(mats, v)] + (vecs if in_u else [])
+
+  @tff.tensorflow.computation(plan.u_type)
+  def orthogonalize(u):
+    return [tf.linalg.qr(ui)[0] for ui in u[:num_m]]
+
+  return initial_v, encode_u, orthogonalize
+
+
+def _mean_norms(plan: _Plan):
+  """The release's `mean_norms`: the L2 norms of the two noisy means."""
+
+  @tff.tensorflow.computation(plan.u_type, plan.v_type)
+  def norms(u, v):
+    return collections.OrderedDict(
+      u_norm=tf.linalg.global_norm(tf.nest.flatten(u)),
+      v_norm=tf.linalg.global_norm(tf.nest.flatten(v)),
+    )
+
+  return norms
+
+
+def _phase_two(plan: _Plan, value_type, u_hat_type):
+  """The phase-2 client encoder and the next state's V."""
+  in_u, num_m = plan.in_u, plan.num_matrices
+
+  @tff.tensorflow.computation(value_type, u_hat_type)
+  def encode_v(value, u_hat):
+    mats, vecs = _as_matrices(plan, value)
+    return [
+      tf.matmul(d, ui, transpose_a=True) for d, ui in zip(mats, u_hat)
+    ] + ([] if in_u else vecs)
+
+  @tff.tensorflow.computation(plan.v_type)
+  def v_matrices(v):
+    return list(v[:num_m])
+
+  return encode_v, v_matrices
+
+
+def _client_norms(plan: _Plan, clip_u: float, clip_v: float):
+  """A client's pre-clip norms and whether each phase's clip cut it."""
+  in_u, num_m = plan.in_u, plan.num_matrices
+
+  @tff.tensorflow.computation(plan.u_type, plan.v_type)
+  def client_norms(u, v):
+    vecs = list(u[num_m:]) if in_u else list(v[num_m:])
+
+    u_payload = tf.linalg.global_norm(tf.nest.flatten(u))
+    v_payload = tf.linalg.global_norm(tf.nest.flatten(v))
+    return collections.OrderedDict(
+      u=tf.linalg.global_norm(list(u[:num_m])),
+      v=tf.linalg.global_norm(list(v[:num_m])),
+      vectors=tf.linalg.global_norm(vecs) if vecs else tf.constant(0.0),
+      # Each phase's whole payload (what its clip sees).
+      u_payload=u_payload,
+      v_payload=v_payload,
+      # The fraction of the cohort each phase's clip cut: 0.5 when the
+      # clip sits at the median, as the paper's rule asks.
+      u_clipped=tf.cast(u_payload > clip_u, tf.float32),
+      v_clipped=tf.cast(v_payload > clip_v, tf.float32),
+    )
+
+  return client_norms
+
+
+def _decoder(plan: _Plan, u_hat_type):
+  """The server's result: U_hat V^T per matrix and the dense tensors, in
+  the value's structure and dtypes."""
+  in_u, num_m = plan.in_u, plan.num_matrices
+
+  @tff.tensorflow.computation(u_hat_type, plan.v_type, plan.u_type)
+  def decode(u_hat, v, u):
+    flat = [None] * len(plan.layout)
+    for (i, (_, _, _, transpose)), ui, vi in zip(plan.matrices, u_hat, v):
+      m_hat = tf.matmul(ui, vi, transpose_b=True)
+      flat[i] = tf.transpose(m_hat) if transpose else m_hat
+    for i, dense in zip(plan.vectors, u[num_m:] if in_u else v[num_m:]):
+      flat[i] = dense
+    return tf.nest.pack_sequence_as(
+      plan.specs,
+      [
+        tf.cast(tf.reshape(t, s.shape), s.dtype)
+        for t, (s, _) in zip(flat, plan.layout)
+      ],
+    )
+
+  return decode
+
+
+def _computations(plan: _Plan, value_type, seed: int, clips) -> _Computations:
+  """Every TF computation of a round, built in one fixed order."""
+  initial_v, encode_u, orthogonalize = _phase_one(plan, value_type, seed)
+  norms = _mean_norms(plan)
+  u_hat_type = orthogonalize.type_signature.result
+  encode_v, v_matrices = _phase_two(plan, value_type, u_hat_type)
+  client_norms = _client_norms(plan, *clips)
+  decode = _decoder(plan, u_hat_type)
+  return _Computations(
+    initial_v,
+    encode_u,
+    orthogonalize,
+    norms,
+    encode_v,
+    v_matrices,
+    client_norms,
+    decode,
+  )
+
+
+def _process(
+  value_type,
+  inner_u: tff.templates.AggregationProcess,
+  inner_v: tff.templates.AggregationProcess,
+  comps: _Computations,
+  measure_client_norms: bool,
+) -> tff.templates.AggregationProcess:
+  """The round: the two phases, the result, the state and the release."""
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(
+      collections.OrderedDict(
+        v=tff.federated_eval(comps.initial_v, tff.SERVER),
+        u_phase=inner_u.initialize(),
+        v_phase=inner_v.initialize(),
+      )
+    )
+
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+  )
+  def next_fn(state, value):
+    u_payload = tff.federated_map(
+      comps.encode_u, (value, tff.federated_broadcast(state.v))
+    )
+    u_out = inner_u.next(state.u_phase, u_payload)
+    u_hat = tff.federated_map(comps.orthogonalize, u_out.result)
+    v_payload = tff.federated_map(
+      comps.encode_v, (value, tff.federated_broadcast(u_hat))
+    )
+    v_out = inner_v.next(state.v_phase, v_payload)
+    result = tff.federated_map(
+      comps.decode, (u_hat, v_out.result, u_out.result)
+    )
+    new_state = tff.federated_zip(
+      collections.OrderedDict(
+        v=tff.federated_map(comps.v_matrices, v_out.result),
+        u_phase=u_out.state,
+        v_phase=v_out.state,
+      )
+    )
+    measured = collections.OrderedDict(
+      u=u_out.measurements,
+      v=v_out.measurements,
+      mean_norms=tff.federated_map(comps.norms, (u_out.result, v_out.result)),
+    )
+    if measure_client_norms:
+      # Not private: the cohort's mean pre-clip norms of U_i, V_i and the
+      # vectors, to set C1 and C2 by the paper's median rule.
+      measured['client_norms'] = tff.federated_mean(
+        tff.federated_map(comps.client_norms, (u_payload, v_payload))
+      )
+    measurements = tff.federated_zip(measured)
+    return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
 class CMPFedFactory(
   tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
 ):
-  """CMP-Fed (private) or UV-Fed (see the module docstring)."""
+  """CMP-Fed (private) or UV-Fed (non-private), unweighted.
+
+  The value is a structure of float tensors. Each kernel (2 or more
+  dimensions and at least `dense_below` entries) is a matrix Delta (m x n;
+  `matrix_dims`, U's side set by `layout`) of rank r_l = min(rank, m, n);
+  every other tensor (biases, small kernels) is sent dense. The server's
+  state holds V (n x r_l per matrix), V_0 i.i.d. N(0, 1) from the public
+  `seed`. A round is two phases in one `next`; a client sends:
+    1. U_i = Delta_i V per matrix (m x r_l), with the dense tensors if
+       `vectors_phase='u'`;
+    2. V_i = Delta_i^T U_hat per matrix (n x r_l), with the dense tensors
+       if `vectors_phase='v'`, after the server broadcast U_hat, the
+       reduced QR (orthonormal factor) of each matrix of phase 1's mean.
+  CMP-Fed clips each phase's whole payload to L2 norm C_j (C1 = `clip_u`,
+  C2 = `clip_v`; the guarded clip of `dp_queries`), sums it (with
+  `secure_sum`, `tff.aggregators.SecureSumFactory` of bounds +-C_j), adds
+  N(0, (z C_j)^2) to every coordinate of the sum and divides by
+  `clients_per_round` (`dp_fedavg.gaussian_fixed`; each phase's noise its
+  own stream of `noise_seed`). UV-Fed takes each phase's plain mean over
+  the participants (`tff.aggregators.UnweightedMeanFactory`).
+
+  Released: the two phases' (noisy) means. The result, U_hat V^T per
+  matrix and the dense tensors' mean in the value's own type, the next
+  state's V (the phase-2 mean's matrices) and `mean_norms` are
+  post-processing of them.
+
+  DP event (CMP-Fed): each phase's `DPAggregatorState` (state `u_phase`,
+  `v_phase`) records `GaussianDpEvent(z)`; the round's event
+  (`dp_events.released_event`, before sampling) is
+  `ComposedDpEvent([GaussianDpEvent(z)] * 2)`, the two Gaussians on one
+  cohort (the privacy ledger merges them exactly: one Gaussian of
+  multiplier z / sqrt(2)). Neighbouring relation: add/remove-one client
+  (client level: one client's two clipped payloads added or removed), the
+  L2 sensitivity of phase j's sum C_j (replace-one, for fixed-size
+  cohorts: 2 C_j, which `tff_dp.privacy` applies). UV-Fed releases no
+  event.
+
+  State: `OrderedDict(v=[V per matrix], u_phase=..., v_phase=...)`, V and
+  the two phases' inner states.
+
+  Measurements (`OrderedDict`):
+    * `u`, `v`: each phase's inner measurements (CMP-Fed: the DP
+      aggregator's `dp_query_metrics` and `dp`, the inner sum's; UV-Fed:
+      the mean's `mean_value` and `mean_count`);
+    * `mean_norms`: `u_norm` and `v_norm`, the L2 norms of the two
+      phases' (noisy) means (`noise_energy` and `signal_share` turn them
+      into each release's share of signal);
+    * `client_norms` (only with `client_norms=True`; not private, outside
+      the DP event): the cohort's means of the pre-clip L2 norms `u` and
+      `v` (the matrices of U_i and V_i), `vectors` (the dense tensors; 0
+      if none), `u_payload` and `v_payload` (each phase's whole payload),
+      and `u_clipped` and `v_clipped`, the fractions of the cohort whose
+      payload each clip cut (0 for UV-Fed).
+
+  Legacy switches: `layout='in_out'` with `vectors_phase='u'` is what the
+  30-round CMP-Fed and UV-Fed rows of benchmarks/results/seed001_iid.md and
+  seed001_5labels.md (ranks 1-16, no `_180` or `_smoke` suffix) and
+  seed001_iid.md's `cmp_fed_r4_in_out_smoke` were recorded with.
+
+  Args:
+    rank: r, an integer >= 1 (per matrix, reduced to min(m, n) where
+      larger).
+    noise_multiplier: z, a finite number >= 0 (CMP-Fed); None: UV-Fed (no
+      clip, no noise).
+    clients_per_round: The expected clients a round S (the DP mean's
+      denominator), a finite number > 0; required by CMP-Fed.
+    clip_u: C1 > 0 (finite), phase 1's clip over all its tensors;
+      required by CMP-Fed, None for UV-Fed.
+    clip_v: C2 > 0, phase 2's clip; required by CMP-Fed, None for UV-Fed.
+    seed: Seeds V_0 (public randomness).
+    noise_seed: Seeds the two phases' noise: None (default) draws a
+      secret; an int s gives streams s + 1 and s + 2 (keep it secret).
+    secure_sum: Sum the clipped payloads with
+      `tff.aggregators.SecureSumFactory` (bounds +-C_j).
+    layout: The side of each (in, out) kernel U sits on, one of `LAYOUTS`:
+      'out_in' (U has the output side's rows; the default), 'in_out' (the
+      input side's; the legacy rows above) or 'min_side' (the smaller
+      one).
+    vectors_phase: The phase whose clipped payload carries the dense
+      tensors, one of `VECTOR_PHASES`: 'v' (under C2; the default) or 'u'
+      (under C1; the legacy rows above).
+    dense_below: An integer >= 0: kernels with fewer entries travel dense
+      with the vectors, under that phase's clip (ours, not the paper's; 0,
+      the default, factorises every kernel).
+    client_norms: Also measure `client_norms` (not private: for tuning C1
+      and C2 in simulation; off by default).
+
+  Raises:
+    ValueError: At construction, on a bad argument, naming it and its
+      allowed range, or if `clip_u` or `clip_v` is given without
+      `noise_multiplier`; at `create`, if no tensor is a kernel to
+      factorise, or if C2 is not a finite number; `noise_energy`, for
+      UV-Fed.
+    TypeError: At `create`, if the value has a non-float tensor.
+  """
 
   def __init__(
     self,
@@ -196,52 +521,15 @@ class CMPFedFactory(
     dense_below: int = 0,
     client_norms: bool = False,
   ):
-    """Checks the arguments.
-
-    Args:
-      rank: r >= 1 (per matrix, reduced to min(m, n) where larger).
-      noise_multiplier: z >= 0 (CMP-Fed); None: UV-Fed (no clip, no noise).
-      clients_per_round: Expected clients a round, > 0 (CMP-Fed).
-      clip_u: C1 > 0, the phase-1 clip over all layers (CMP-Fed).
-      clip_v: C2 > 0, the phase-2 clip (CMP-Fed).
-      seed: Seeds V_0 (public randomness).
-      noise_seed: Seeds the two phases' noise: None (default) draws a
-        secret; an int s gives streams s + 1 and s + 2 (keep it secret).
-      secure_sum: Sum clipped payloads with `tff.aggregators.
-        SecureSumFactory` (bounds +-C).
-      layout: Which side of each (in, out) kernel U sits on: 'out_in' (U
-        has the output side's rows, the default), 'in_out' (the input
-        side's; runs before issue #24) or 'min_side' (the smaller one).
-      vectors_phase: The phase whose clipped payload carries the vectors
-        (biases): 'v' (under C2, the default) or 'u' (under C1; runs
-        before issue #24).
-      dense_below: Kernels with fewer entries than this are not factorised:
-        they travel dense with the vectors, under that phase's clip (ours,
-        not the seed's; 0, the default, factorises every kernel).
-      client_norms: Also measure `client_norms`, the cohort's exact mean
-        pre-clip norms and clipped fractions (not private: for tuning C1
-        and C2 in simulation; off by default).
-
-    Raises:
-      ValueError: On a bad argument, naming it and its allowed range.
-    """
-    if not isinstance(rank, (int, np.integer)) or rank < 1:
-      raise ValueError(f'rank must be an integer >= 1. Found {rank!r}.')
+    """Checks the arguments; see the class docstring."""
+    _check_rank(rank)
     check_options(layout, vectors_phase, dense_below)
+    _check_dp_args(noise_multiplier, clients_per_round, clip_u, clip_v)
     self._dense_below = int(dense_below)
     self._layout = layout
     self._vectors_phase = vectors_phase
-    private = noise_multiplier is not None
-    if private:
-      for name, c in (('clip_u (C1)', clip_u), ('clip_v (C2)', clip_v)):
-        if c is None or not c > 0:
-          raise ValueError(f'{name} must be > 0. Found {c!r}.')
-      # Validates noise_multiplier and clients_per_round.
-      dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip_u)
-    elif clip_u is not None or clip_v is not None:
-      raise ValueError('clip_u and clip_v need noise_multiplier (CMP-Fed).')
     self._rank = int(rank)
-    self._private = private
+    self._private = noise_multiplier is not None
     self._z = noise_multiplier
     self._clients = clients_per_round
     self._clips = (clip_u, clip_v)
@@ -291,173 +579,19 @@ class CMPFedFactory(
     )
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    specs, layout = _layout(
-      value_type, self._rank, self._layout, self._dense_below
+    plan = _plan(
+      value_type,
+      self._rank,
+      self._layout,
+      self._dense_below,
+      self._vectors_phase,
     )
-    matrices = [(i, dims) for i, (_, dims) in enumerate(layout) if dims]
-    if not matrices:
-      raise ValueError(
-        f'CMP-Fed needs a kernel to factorise: none of {value_type} has 2 '
-        f'or more dimensions and at least dense_below={self._dense_below} '
-        'entries (DP-FedAvg sends every tensor dense).'
-      )
-    vectors = [i for i, (_, dims) in enumerate(layout) if not dims]
-    f32 = np.float32
-    vec_types = [tff.TensorType(f32, layout[i][0].shape) for i in vectors]
-    in_u = self._vectors_phase == 'u'
-    u_type = tff.StructWithPythonType(
-      [tff.TensorType(f32, [m, r]) for _, (m, _, r, _) in matrices]
-      + (vec_types if in_u else []),
-      list,
-    )
-    v_type = tff.StructWithPythonType(
-      [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices]
-      + ([] if in_u else vec_types),
-      list,
-    )
-    v_state_type = tff.StructWithPythonType(
-      [tff.TensorType(f32, [n, r]) for _, (_, n, r, _) in matrices], list
-    )
-    inner_u = self._phase_factory(0).create(u_type)
-    inner_v = self._phase_factory(1).create(v_type)
-    rng = np.random.default_rng(self._seed)
-    v0 = [
-      rng.standard_normal((n, r)).astype(f32) for _, (_, n, r, _) in matrices
-    ]
-    num_m = len(matrices)
-
-    def as_matrices(value):
-      flat = tf.nest.flatten(value)
-      mats = []
-      for i, (m, n, _, transpose) in matrices:
-        k = tf.reshape(
-          tf.cast(flat[i], tf.float32), [n, m] if transpose else [m, n]
-        )
-        mats.append(tf.transpose(k) if transpose else k)
-      return mats, [tf.cast(flat[i], tf.float32) for i in vectors]
-
-    @tff.tensorflow.computation
-    def initial_v():
-      return [tf.constant(v) for v in v0]
-
-    @tff.tensorflow.computation(value_type, v_state_type)
-    def encode_u(value, v):
-      mats, vecs = as_matrices(value)
-      return [tf.matmul(d, vi) for d, vi in zip(mats, v)] + (
-        vecs if in_u else []
-      )
-
-    @tff.tensorflow.computation(u_type)
-    def orthogonalize(u):
-      return [tf.linalg.qr(ui)[0] for ui in u[:num_m]]
-
-    @tff.tensorflow.computation(u_type, v_type)
-    def norms(u, v):
-      return collections.OrderedDict(
-        u_norm=tf.linalg.global_norm(tf.nest.flatten(u)),
-        v_norm=tf.linalg.global_norm(tf.nest.flatten(v)),
-      )
-
-    u_hat_type = orthogonalize.type_signature.result
-
-    @tff.tensorflow.computation(value_type, u_hat_type)
-    def encode_v(value, u_hat):
-      mats, vecs = as_matrices(value)
-      return [
-        tf.matmul(d, ui, transpose_a=True) for d, ui in zip(mats, u_hat)
-      ] + ([] if in_u else vecs)
-
-    @tff.tensorflow.computation(v_type)
-    def v_matrices(v):
-      return list(v[:num_m])
-
+    inner_u = self._phase_factory(0).create(plan.u_type)
+    inner_v = self._phase_factory(1).create(plan.v_type)
     # Each phase's clip (inf without DP: nothing is clipped).
-    clip_u, clip_v = self._clips if self._private else (np.inf, np.inf)
-    measure_client_norms = self._client_norms
-
-    @tff.tensorflow.computation(u_type, v_type)
-    def client_norms(u, v):
-      vecs = list(u[num_m:]) if in_u else list(v[num_m:])
-
-      u_payload = tf.linalg.global_norm(tf.nest.flatten(u))
-      v_payload = tf.linalg.global_norm(tf.nest.flatten(v))
-      return collections.OrderedDict(
-        u=tf.linalg.global_norm(list(u[:num_m])),
-        v=tf.linalg.global_norm(list(v[:num_m])),
-        vectors=tf.linalg.global_norm(vecs) if vecs else tf.constant(0.0),
-        # Each phase's whole payload (what its clip sees).
-        u_payload=u_payload,
-        v_payload=v_payload,
-        # The fraction of the cohort each phase's clip cut: 0.5 when the
-        # clip sits at the median, as the seed's rule asks.
-        u_clipped=tf.cast(u_payload > clip_u, tf.float32),
-        v_clipped=tf.cast(v_payload > clip_v, tf.float32),
-      )
-
-    @tff.tensorflow.computation(u_hat_type, v_type, u_type)
-    def decode(u_hat, v, u):
-      flat = [None] * len(layout)
-      for (i, (_, _, _, transpose)), ui, vi in zip(matrices, u_hat, v):
-        m_hat = tf.matmul(ui, vi, transpose_b=True)
-        flat[i] = tf.transpose(m_hat) if transpose else m_hat
-      for i, dense in zip(vectors, u[num_m:] if in_u else v[num_m:]):
-        flat[i] = dense
-      return tf.nest.pack_sequence_as(
-        specs,
-        [
-          tf.cast(tf.reshape(t, s.shape), s.dtype)
-          for t, (s, _) in zip(flat, layout)
-        ],
-      )
-
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(
-        collections.OrderedDict(
-          v=tff.federated_eval(initial_v, tff.SERVER),
-          u_phase=inner_u.initialize(),
-          v_phase=inner_v.initialize(),
-        )
-      )
-
-    @tff.federated_computation(
-      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
-    )
-    def next_fn(state, value):
-      u_payload = tff.federated_map(
-        encode_u, (value, tff.federated_broadcast(state.v))
-      )
-      u_out = inner_u.next(state.u_phase, u_payload)
-      u_hat = tff.federated_map(orthogonalize, u_out.result)
-      v_payload = tff.federated_map(
-        encode_v, (value, tff.federated_broadcast(u_hat))
-      )
-      v_out = inner_v.next(state.v_phase, v_payload)
-      result = tff.federated_map(decode, (u_hat, v_out.result, u_out.result))
-      new_state = tff.federated_zip(
-        collections.OrderedDict(
-          v=tff.federated_map(v_matrices, v_out.result),
-          u_phase=u_out.state,
-          v_phase=v_out.state,
-        )
-      )
-      measured = collections.OrderedDict(
-        u=u_out.measurements,
-        v=v_out.measurements,
-        mean_norms=tff.federated_map(norms, (u_out.result, v_out.result)),
-      )
-      if measure_client_norms:
-        # Not private: the cohort's mean pre-clip norms of U_i, V_i and the
-        # vectors, to set C1 and C2 by the seed's median rule.
-        measured['client_norms'] = tff.federated_mean(
-          tff.federated_map(client_norms, (u_payload, v_payload))
-        )
-      measurements = tff.federated_zip(measured)
-      return tff.templates.MeasuredProcessOutput(
-        new_state, result, measurements
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    clips = self._clips if self._private else (np.inf, np.inf)
+    comps = _computations(plan, value_type, self._seed, clips)
+    return _process(value_type, inner_u, inner_v, comps, self._client_norms)
 
 
 def cmp_fed(
@@ -473,8 +607,24 @@ def cmp_fed(
 ) -> CMPFedFactory:
   """CMP-Fed: two clipped, noised, secure-summed power-iteration phases.
 
-  `options`: `layout`, `vectors_phase`, `dense_below`, `secure_sum` (see
-  the factory).
+  Args:
+    rank: r, an integer >= 1 per matrix.
+    noise_multiplier: z, a finite number >= 0.
+    clients_per_round: The expected clients a round (the DP mean's
+      denominator), a finite number > 0.
+    clip_u: C1 > 0, phase 1's clip.
+    clip_v: C2 > 0, phase 2's clip.
+    seed: Seeds V_0 (public randomness).
+    noise_seed: Seeds the two phases' noise (None: a secret).
+    **options: `layout`, `vectors_phase`, `dense_below`, `secure_sum`,
+      `client_norms` (see `CMPFedFactory`).
+
+  Returns:
+    The `CMPFedFactory`, whose round releases
+    `ComposedDpEvent([GaussianDpEvent(z)] * 2)` (add/remove-one).
+
+  Raises:
+    ValueError: On a bad argument (see `CMPFedFactory`).
   """
   return CMPFedFactory(
     rank,
@@ -489,7 +639,21 @@ def cmp_fed(
 
 
 def uv_fed(rank: int, *, seed: int = 0, **options) -> CMPFedFactory:
-  """UV-Fed: the same low-rank power iteration without clipping or noise."""
+  """UV-Fed: the same low-rank power iteration without clipping or noise.
+
+  Args:
+    rank: r, an integer >= 1 per matrix.
+    seed: Seeds V_0 (public randomness).
+    **options: `layout`, `vectors_phase`, `dense_below`, `client_norms`
+      (see `CMPFedFactory`; `secure_sum` is unused).
+
+  Returns:
+    The non-private `CMPFedFactory` (means over the participants; it
+    releases no DP event).
+
+  Raises:
+    ValueError: On a bad argument (see `CMPFedFactory`).
+  """
   return CMPFedFactory(rank, seed=seed, **options)
 
 

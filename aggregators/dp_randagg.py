@@ -1,59 +1,14 @@
-"""DP-RandAgg: shared random-k coordinates, clipped and noised (seed 001).
+"""DP-RandAgg: shared random-k coordinates, clipped and noised.
 
-Guo, Hu, Gong, "Agent-Level Differentially Private Federated Learning via
-Compressed Model Perturbation" (seed 001), Sec. V baseline, adapting
-random-k sparsification (their ref. [29]) to secure aggregation: each round
-the server draws k of the d coordinates from a seed kept in its state and
-broadcasts them; every client sends only those k values of its update,
-clipped to L2 norm `clip`; they are summed with secure sum, and Gaussian
-noise N(0, (noise_multiplier * clip)^2) is added to the k-dim sum
-(DP-FedAvg's query on the k-vector: clip what you noise). The aggregator
-decodes inside: the noisy k-dim mean is scattered back into a zero vector of
-the value's structure, so the result has the value's own type and the factory
-drops into `tff.learning` algorithms like any unweighted aggregator.
+Guo et al. (CMP-Fed), Sec. V baseline: random-k sparsification under secure
+aggregation. Each round the server draws k of the d coordinates, I, from a
+public seed in its state; client i sends x_i = clip_C(Delta_i)[I] (scope
+'update'; 'payload' clips Delta_i[I] instead), the k-vector clipped to C
+again before the noise. The server releases the mean
+(sum_i x_i + N(0, (z C)^2 I_k)) / S, scattered back into zeros in the
+value's structure (times d/k with `rescale`).
 
-What is clipped (`clip_scope`, one of `CLIP_SCOPES`):
-- 'update' (default): the client's whole d-dim update is clipped to `clip`
-  and then its k coordinates are sent. Seed 001 describes its baseline as
-  "the local model update is perturbed by adding Gaussian noise drawn from
-  the distribution N(0, sigma^2 I_d) and then sparsified using the random-k
-  sparsification" (Sec. V), and picks every clip by "the median of the l2-norm
-  of the subspace/embedding/model to be clipped" with "C = 1.0 for DP-FedAvg
-  and DP-RandAgg": the clipped object is the model update. Its median norm
-  in our seed-001 runs is 1.16-1.29, so the seed's C = 1 sits a little
-  below it (0.93-0.99 of those updates were above 1). The k-vector of a clipped
-  update has norm <= clip, so the k-vector clip after it (kept as the
-  guard of what is noised) changes nothing and the DP event is the same.
-- 'payload': only the k-vector is clipped to `clip` (runs before issue #24).
-  At the same C this clips far less (a k-vector's norm is about
-  sqrt(k/d) of the update's), so it is a stronger baseline at C = 1 only if
-  C is re-tuned to the k-vector's median.
-Seed 004's FL-TOP-DP and FL-BASIC-DP "clip and then noise the compressed
-updates": they use 'payload' (their updates are zero outside the K
-coordinates, so both scopes give the same clip there).
-
-Reading chosen where the paper is silent: unselected coordinates are 0 and
-kept coordinates are not rescaled by d/k (`rescale=True` gives the unbiased
-d/k version). The k coordinates are drawn without replacement as the top-k
-of a stateless uniform draw over the d coordinates.
-
-Non-private use (`noise_multiplier=None, clip=None`): the k-vectors are
-averaged over the round's participants with TFF's `UnweightedMeanFactory`,
-with no clip and no noise. Seed 004's non-private FL-TOP and FL-BASIC run
-this way: the client of seed 004's Alg. 1 outputs the compressed update
-with no clip (line 24, "Output: Model update C(w_t^k - w_{t-1}^k, T)"), and
-the paper clips only in the private versions (Alg. 3 line 25; "private
-extensions (i.e., FL-STD-DP, FL-BASIC-DP and FL-CS-DP) also clip and then
-noise the compressed updates").
-
-Randomness: the coordinates are public (broadcast to every client) and
-come from `seed`; the noise comes from `noise_seed`, a separate stream that
-is secret by default (see `dp_fedavg.gaussian_fixed`).
-
-State: `seed` (the coordinate sampler's stateless seed, advanced every
-round) and `dp` (TFF's DPAggregatorState of the k-dim DP sum, whose
-`dp_event` the privacy ledger reads). Measurements: `dp` (the inner DP
-aggregator's) and `num_coordinates`.
+See docs/papers/dp_randagg.md for the paper's reading and derivations.
 """
 
 import collections
@@ -80,6 +35,56 @@ def check_clip_scope(clip_scope: str) -> None:
     )
 
 
+def _check_coordinates(num_coordinates, fraction, fixed_indices):
+  """Checks how k is set; returns the distinct sorted `fixed_indices`."""
+  if (num_coordinates is None) == (fraction is None):
+    raise ValueError('Set exactly one of num_coordinates and fraction.')
+  if num_coordinates is not None and (
+    not isinstance(num_coordinates, (int, np.integer)) or num_coordinates < 1
+  ):
+    raise ValueError(
+      'num_coordinates must be an integer >= 1. Found ' f'{num_coordinates!r}.'
+    )
+  if fraction is not None and not (
+    isinstance(fraction, (int, float)) and 0 < fraction <= 1
+  ):
+    raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
+  if fixed_indices is None:
+    return None
+  fixed_indices = np.unique(np.asarray(fixed_indices, np.int64))
+  if num_coordinates != len(fixed_indices):
+    raise ValueError(
+      'num_coordinates must equal the number of distinct '
+      f'fixed_indices ({len(fixed_indices)}). Found '
+      f'{num_coordinates!r}.'
+    )
+  return fixed_indices
+
+
+def _check_dp_args(noise_multiplier, clients_per_round, clip) -> None:
+  """Checks the DP arguments: z and C both numbers, or both None."""
+  if (noise_multiplier is None) != (clip is None):
+    raise ValueError(
+      'noise_multiplier and clip must both be None (non-private mean, no '
+      'clip) or both be numbers. Found noise_multiplier='
+      f'{noise_multiplier!r}, clip={clip!r}.'
+    )
+  # The checks of the DP query (`dp_fedavg.gaussian_fixed`), in its order.
+  if noise_multiplier is not None:
+    dp_fedavg._check('noise_multiplier', noise_multiplier, positive=False)
+  dp_fedavg._check('clients_per_round', clients_per_round, positive=True)
+  if clip is not None:
+    dp_fedavg._check('clip', clip, positive=True)
+
+
+def _check_fixed_within(fixed: Optional[np.ndarray], dim: int) -> None:
+  if fixed is not None and (fixed.min() < 0 or fixed.max() >= dim):
+    raise ValueError(
+      f'fixed_indices must be in [0, {dim - 1}]. Found '
+      f'[{fixed.min()}, {fixed.max()}].'
+    )
+
+
 def _flat_spec(value_type):
   return _tff_private.flat_float_specs(value_type, 'DP-RandAgg')
 
@@ -101,10 +106,181 @@ def draw_random_coordinates(round_seed: tf.Tensor, dim: int, k: int):
   return tf.sort(indices), seeds[1]
 
 
+def _coordinate_sampler(seed: int, fixed, dim: int, k: int):
+  """Server: the sampler's first seed and each round's k coordinates."""
+
+  @tff.tensorflow.computation
+  def initial_seed():
+    return tf.constant(initial_coordinate_seed(seed))
+
+  seed_type = initial_seed.type_signature.result
+  _check_fixed_within(fixed, dim)
+
+  @tff.tensorflow.computation(seed_type)
+  def draw_coordinates(round_seed):
+    if fixed is not None:
+      seeds = tf.random.experimental.stateless_split(round_seed, num=2)
+      return tf.constant(fixed, tf.int32), seeds[1]
+    return draw_random_coordinates(round_seed, dim, k)
+
+  return initial_seed, draw_coordinates
+
+
+def _encoder(value_type, indices_type, update_clip: Optional[float]):
+  """Client: the update (clipped whole to `update_clip` if set) at the k
+  coordinates."""
+
+  @tff.tensorflow.computation(value_type, indices_type)
+  def encode(value, indices):
+    flat = tf.concat(
+      [
+        tf.reshape(tf.cast(v, tf.float32), [-1]) for v in tf.nest.flatten(value)
+      ],
+      axis=0,
+    )
+    if update_clip is not None:
+      flat = flat * tf.minimum(
+        1.0, update_clip / tf.maximum(tf.norm(flat), 1e-30)
+      )
+    return tf.gather(flat, indices)
+
+  return encode
+
+
+def _decoder(specs, flat_specs, sizes, k_type, indices_type, scale: float):
+  """Server: the k-dim mean (times `scale`) scattered into the value."""
+  dim = sum(sizes)
+
+  @tff.tensorflow.computation(k_type, indices_type)
+  def decode(values, indices):
+    dense = tf.scatter_nd(indices[:, None], values * scale, [dim])
+    parts = tf.split(dense, sizes)
+    tensors = [
+      tf.cast(tf.reshape(p, s.shape), s.dtype)
+      for p, s in zip(parts, flat_specs)
+    ]
+    return tf.nest.pack_sequence_as(specs, tensors)
+
+  return decode
+
+
+def _process(value_type, inner, initial_seed, draw, encode, decode, k: int):
+  """The round: coordinates, payloads, the DP sum, the result, the release."""
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(
+      collections.OrderedDict(
+        seed=tff.federated_eval(initial_seed, tff.SERVER),
+        dp=inner.initialize(),
+      )
+    )
+
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+  )
+  def next_fn(state, value):
+    indices, next_seed = tff.federated_map(draw, state.seed)
+    client_indices = tff.federated_broadcast(indices)
+    payload = tff.federated_map(encode, (value, client_indices))
+    out = inner.next(state.dp, payload)
+    result = tff.federated_map(decode, (out.result, indices))
+    new_state = tff.federated_zip(
+      collections.OrderedDict(seed=next_seed, dp=out.state)
+    )
+    measurements = tff.federated_zip(
+      collections.OrderedDict(
+        dp=out.measurements,
+        num_coordinates=tff.federated_value(k, tff.SERVER),
+      )
+    )
+    return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
 class DPRandAggFactory(
   tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
 ):
-  """DP-RandAgg aggregation factory (see module docstring)."""
+  """DP-RandAgg (private) or the random-k mean (non-private), unweighted.
+
+  The value is a structure of float tensors with d scalars in all,
+  flattened. Each round the server draws k of the d coordinates, I (the
+  top-k of a stateless uniform draw, from the public `seed` kept in the
+  state and advanced every round; or the same `fixed_indices` every
+  round), and broadcasts them. A client sends the k float32 values of its
+  update at I:
+    * private, `clip_scope='update'`: of its update clipped whole to L2
+      norm C (`clip`);
+    * private, `clip_scope='payload'`: of its update as is;
+    * non-private: of its update as is (no clip).
+  Private: the k-vector is clipped to C (the guarded clip of `dp_queries`;
+  which the 'update' clip already meets), summed (with `secure_sum`,
+  `tff.aggregators.SecureSumFactory` of bounds +-C), noised with
+  N(0, (z C)^2) on every coordinate and divided by `clients_per_round`
+  (`dp_fedavg.gaussian_fixed`, noise from `noise_seed`). Non-private: the
+  mean over the participants (`tff.aggregators.UnweightedMeanFactory`).
+
+  Released: the k-dim (noisy) mean. The result, that mean (times d/k with
+  `rescale`) at I and 0 elsewhere, in the value's own type, is
+  post-processing of it and the public I.
+
+  DP event (private): the `DPAggregatorState` (state `dp`) records
+  `GaussianDpEvent(z)`, the round's event before sampling
+  (`dp_events.released_event`). Neighbouring relation: add/remove-one
+  client (one client's clipped k-vector added or removed), L2 sensitivity
+  C (replace-one, for fixed-size cohorts: 2 C, which `tff_dp.privacy`
+  applies). The non-private mean releases no event.
+
+  State: `OrderedDict(seed=..., dp=...)`: the coordinate sampler's
+  stateless int64 seed and the inner process's state.
+
+  Measurements (`OrderedDict`):
+    * `dp`: the inner process's measurements (private: the DP
+      aggregator's `dp_query_metrics` and `dp`, the inner sum's;
+      non-private: the mean's `mean_value` and `mean_count`);
+    * `num_coordinates`: k.
+
+  Legacy switch: `clip_scope='payload'` is what the 30-round DP-RandAgg
+  rows of benchmarks/results/seed001_iid.md and seed001_5labels.md (ranks
+  1-16, no `_180` or `_smoke` suffix) and the `dp_randagg` row of
+  benchmarks/results/method_cost.md were recorded with; FL-TOP-DP and
+  FL-BASIC-DP (Kerkouche et al. 2021) use it, their updates being zero
+  outside the K coordinates.
+
+  Args:
+    noise_multiplier: z, a finite number >= 0; None (with `clip` None) for
+      the non-private mean over the participants.
+    clients_per_round: The expected clients a round (the DP mean's
+      denominator), a finite number > 0 (checked even when non-private).
+    clip: C, a finite number > 0: the L2 clip of each client's whole
+      update ('update') or of its k-vector ('payload'); the k-vector is
+      clipped to it before the noise either way. None with
+      `noise_multiplier` None.
+    num_coordinates: k, an integer in [1, d] (d checked at `create`).
+    fraction: k/d in (0, 1] (k = max(1, round(fraction d))), if
+      `num_coordinates` is not given; exactly one of the two.
+    seed: Seeds the coordinate sampler (public randomness).
+    noise_seed: Seeds the noise: None (default) draws a secret; an int
+      gives reproducible noise (keep it secret).
+    rescale: Multiply the decoded coordinates by d/k (unbiased).
+    secure_sum: Sum the k-vectors with `tff.aggregators.SecureSumFactory`
+      (bounds +-C, which a clipped vector's coordinates already meet).
+    fixed_indices: If given, these flat coordinates (duplicates dropped,
+      each in [0, d - 1], checked at `create`) every round instead of a
+      fresh random draw (FL-TOP's server-chosen Top-K); `num_coordinates`
+      must equal their number.
+    clip_scope: One of `CLIP_SCOPES`: 'update' (the default) clips the
+      whole update before its k coordinates are taken, as Guo et al.
+      describe the baseline; 'payload' clips only the k-vector (the legacy
+      rows above). Unused without a clip.
+
+  Raises:
+    ValueError: At construction, on a bad argument, naming it and its
+      allowed range; at `create`, if k > d or a fixed index is outside
+      [0, d - 1].
+    TypeError: At `create`, if the value has a non-float tensor.
+  """
 
   def __init__(
     self,
@@ -121,70 +297,14 @@ class DPRandAggFactory(
     fixed_indices: Optional[np.ndarray] = None,
     clip_scope: str = 'update',
   ):
-    """Checks the arguments.
-
-    Args:
-      noise_multiplier: Noise stddev over clip, >= 0; None (with clip None)
-        for the non-private mean over participants (no clip, no noise).
-      clients_per_round: Expected clients per round (the DP mean's
-        denominator), > 0.
-      clip: L2 clip, > 0, of each client's whole update ('update' scope)
-        or of its k-dim vector ('payload'); the k-vector is clipped to it
-        before the noise either way. None with noise_multiplier None.
-      num_coordinates: k, in [1, d] (checked against d at `create`).
-      fraction: k/d in (0, 1], if `num_coordinates` is not given.
-      seed: Seed of the coordinate sampler (public randomness).
-      noise_seed: Seed of the noise: None (default) draws a secret one; an
-        int gives reproducible noise (keep it secret).
-      rescale: Multiply decoded coordinates by d/k (unbiased estimate).
-      secure_sum: Sum the k-vectors with `tff.aggregators.SecureSumFactory`
-        (bounds +-clip, which a clipped vector's coordinates already meet).
-      fixed_indices: If given, these flat coordinates every round instead of
-        a fresh random draw (FL-TOP's server-chosen Top-K); then
-        `num_coordinates` must equal their number.
-      clip_scope: 'update' clips the whole update to `clip` before its k
-        coordinates are taken (seed 001's baseline); 'payload' clips only
-        the k-vector (see the module docstring). Unused without a clip.
-
-    Raises:
-      ValueError: On a bad argument, naming it and its allowed range.
-    """
-    if (num_coordinates is None) == (fraction is None):
-      raise ValueError('Set exactly one of num_coordinates and fraction.')
-    if num_coordinates is not None and (
-      not isinstance(num_coordinates, (int, np.integer)) or num_coordinates < 1
-    ):
-      raise ValueError(
-        'num_coordinates must be an integer >= 1. Found '
-        f'{num_coordinates!r}.'
-      )
-    if fraction is not None and not (
-      isinstance(fraction, (int, float)) and 0 < fraction <= 1
-    ):
-      raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
-    if fixed_indices is not None:
-      fixed_indices = np.unique(np.asarray(fixed_indices, np.int64))
-      if num_coordinates != len(fixed_indices):
-        raise ValueError(
-          'num_coordinates must equal the number of distinct '
-          f'fixed_indices ({len(fixed_indices)}). Found '
-          f'{num_coordinates!r}.'
-        )
-    self._fixed_indices = fixed_indices
+    """Checks the arguments (k against d at `create`); see the class doc."""
+    self._fixed_indices = _check_coordinates(
+      num_coordinates, fraction, fixed_indices
+    )
     check_clip_scope(clip_scope)
     self._clip_scope = clip_scope
-    if (noise_multiplier is None) != (clip is None):
-      raise ValueError(
-        'noise_multiplier and clip must both be None (non-private mean, no '
-        'clip) or both be numbers. Found noise_multiplier='
-        f'{noise_multiplier!r}, clip={clip!r}.'
-      )
+    _check_dp_args(noise_multiplier, clients_per_round, clip)
     self._private = noise_multiplier is not None
-    if self._private:
-      # Validates noise_multiplier, clients_per_round and clip.
-      dp_fedavg.gaussian_fixed(noise_multiplier, clients_per_round, clip)
-    else:
-      dp_fedavg.gaussian_fixed(0.0, clients_per_round, 1.0)
     self._noise_multiplier = noise_multiplier
     self._clients_per_round = float(clients_per_round)
     self._clip = clip
@@ -209,113 +329,41 @@ class DPRandAggFactory(
       )
     return int(k)
 
+  def _inner_factory(self) -> tff.aggregators.UnweightedAggregationFactory:
+    """The k-dim sum: DP-FedAvg's fixed-clip query, or the plain mean."""
+    if not self._private:
+      return tff.aggregators.UnweightedMeanFactory()
+    return dp_fedavg.gaussian_fixed(
+      self._noise_multiplier,
+      self._clients_per_round,
+      self._clip,
+      noise_seed=self._noise_seed,
+      record_aggregation_factory=(
+        tff.aggregators.SecureSumFactory(self._clip, -self._clip)
+        if self._secure_sum
+        else None
+      ),
+    )
+
   def create(self, value_type) -> tff.templates.AggregationProcess:
     specs, flat_specs, sizes = _flat_spec(value_type)
     dim = sum(sizes)
     k = self.num_coordinates(dim)
     k_type = tff.TensorType(np.float32, [k])
-    if self._private:
-      inner_factory = dp_fedavg.gaussian_fixed(
-        self._noise_multiplier,
-        self._clients_per_round,
-        self._clip,
-        noise_seed=self._noise_seed,
-        record_aggregation_factory=(
-          tff.aggregators.SecureSumFactory(self._clip, -self._clip)
-          if self._secure_sum
-          else None
-        ),
-      )
-    else:
-      inner_factory = tff.aggregators.UnweightedMeanFactory()
-    inner = inner_factory.create(k_type)
+    inner = self._inner_factory().create(k_type)
     scale = dim / k if self._rescale else 1.0
-    seed = self._seed
     # The whole update's clip ('update' scope); the k-vector's own clip
     # stays in the DP sum's query.
     update_clip = (
       self._clip if self._private and self._clip_scope == 'update' else None
     )
-
-    @tff.tensorflow.computation
-    def initial_seed():
-      return tf.constant(initial_coordinate_seed(seed))
-
-    seed_type = initial_seed.type_signature.result
-
-    fixed = self._fixed_indices
-    if fixed is not None and (fixed.min() < 0 or fixed.max() >= dim):
-      raise ValueError(
-        f'fixed_indices must be in [0, {dim - 1}]. Found '
-        f'[{fixed.min()}, {fixed.max()}].'
-      )
-
-    @tff.tensorflow.computation(seed_type)
-    def draw_coordinates(round_seed):
-      if fixed is not None:
-        seeds = tf.random.experimental.stateless_split(round_seed, num=2)
-        return tf.constant(fixed, tf.int32), seeds[1]
-      return draw_random_coordinates(round_seed, dim, k)
-
-    indices_type = draw_coordinates.type_signature.result[0]
-
-    @tff.tensorflow.computation(value_type, indices_type)
-    def encode(value, indices):
-      flat = tf.concat(
-        [
-          tf.reshape(tf.cast(v, tf.float32), [-1])
-          for v in tf.nest.flatten(value)
-        ],
-        axis=0,
-      )
-      if update_clip is not None:
-        flat = flat * tf.minimum(
-          1.0, update_clip / tf.maximum(tf.norm(flat), 1e-30)
-        )
-      return tf.gather(flat, indices)
-
-    @tff.tensorflow.computation(k_type, indices_type)
-    def decode(values, indices):
-      dense = tf.scatter_nd(indices[:, None], values * scale, [dim])
-      parts = tf.split(dense, sizes)
-      tensors = [
-        tf.cast(tf.reshape(p, s.shape), s.dtype)
-        for p, s in zip(parts, flat_specs)
-      ]
-      return tf.nest.pack_sequence_as(specs, tensors)
-
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(
-        collections.OrderedDict(
-          seed=tff.federated_eval(initial_seed, tff.SERVER),
-          dp=inner.initialize(),
-        )
-      )
-
-    @tff.federated_computation(
-      init_fn.type_signature.result, tff.FederatedType(value_type, tff.CLIENTS)
+    initial_seed, draw = _coordinate_sampler(
+      self._seed, self._fixed_indices, dim, k
     )
-    def next_fn(state, value):
-      indices, next_seed = tff.federated_map(draw_coordinates, state.seed)
-      client_indices = tff.federated_broadcast(indices)
-      payload = tff.federated_map(encode, (value, client_indices))
-      out = inner.next(state.dp, payload)
-      result = tff.federated_map(decode, (out.result, indices))
-      new_state = tff.federated_zip(
-        collections.OrderedDict(seed=next_seed, dp=out.state)
-      )
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          dp=out.measurements,
-          num_coordinates=tff.federated_value(k, tff.SERVER),
-        )
-      )
-      return tff.templates.MeasuredProcessOutput(
-        new_state, result, measurements
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    indices_type = draw.type_signature.result[0]
+    encode = _encoder(value_type, indices_type, update_clip)
+    decode = _decoder(specs, flat_specs, sizes, k_type, indices_type, scale)
+    return _process(value_type, inner, initial_seed, draw, encode, decode, k)
 
 
 def upload_bytes(num_coordinates: int) -> int:
@@ -326,7 +374,7 @@ def upload_bytes(num_coordinates: int) -> int:
 def fraction_for_rank(rank: int, layer_shapes) -> float:
   """k/d matching CMP-Fed's rank-r payload r(m+n) summed over layers.
 
-  Seed 001 gives DP-RandAgg the compression ratio r(m+n)/(mn) of CMP-Fed;
+  Guo et al. give DP-RandAgg the compression ratio r(m+n)/(mn) of CMP-Fed;
   `layer_shapes` are the (m, n) matrix shapes of the weight tensors.
   """
   k = sum(rank * (m + n) for m, n in layer_shapes)
