@@ -1,33 +1,17 @@
 """Tensorflow-privacy's Gaussian DP queries with a secret, resumable seed.
 
-tensorflow-privacy 0.9.0 draws its noise from TF's stateful RNG, whose
-process-wide generator is seeded with 32 bits of OS entropy, and a run
-resumed from a checkpoint cannot repeat the noise it would have drawn.
-These queries keep a stateless seed in their global state, draw noise with
-`tf.random.stateless_normal`, and advance the seed every round
-(`tf.random.experimental.stateless_split`); the seed is saved with the
-aggregator state, so a resumed run continues the same noise stream.
-
-The noise seed is privacy-relevant: whoever knows it can regenerate the
-noise and subtract it from the release. `noise_seed=None` (the default
-everywhere in `tff_dp.aggregators`) draws a fresh 128-bit seed from the OS
-(`secrets`) when the query is built; it lives only in the server's
-memory and in the aggregator state (checkpoints), never in flags or logs.
-An int or a pair of ints gives reproducible noise for research runs; the
-guarantee then assumes that seed is kept secret.
-
-Privacy meaning is otherwise that of tensorflow-privacy: clipping in
-`preprocess_record` (guarded: a record with a NaN or an infinity, or whose
-float32 norm overflows, is clipped in float64 or zeroed, so it never
-contributes more than the clip), Gaussian noise of standard deviation
-`stddev` in `get_noised_result`, and the same DpEvent
-(`GaussianDpEvent(stddev / l2_norm_clip)`; adaptive clipping composes the
-sum and the clipped-count events).
+Each query clips in `preprocess_record` (guarded: `finite_guard.clip_flat`),
+adds N(0, stddev^2) noise drawn by `tf.random.stateless_normal` from a seed
+kept in its global state and advanced every round
+(`tf.random.experimental.stateless_split`), and returns tensorflow-privacy's
+DpEvent: `GaussianDpEvent(stddev / l2_norm_clip)`, composed where a round
+makes two releases. `noise_seed=None` draws a secret 128-bit seed from the
+OS. See docs/papers/dp_fedavg.md for the paper's reading and derivations.
 """
 
 import collections
 import secrets
-from typing import Optional, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 import dp_accounting
 import tensorflow as tf
@@ -71,8 +55,9 @@ def resolve_seed(seed: NoiseSeed) -> tuple[int, int]:
 def offset_seed(seed: NoiseSeed, offset: int) -> NoiseSeed:
   """An independent stream: `seed + offset` for an int, a new secret for None.
 
-  Aggregators with several noised releases give each its own stream this way
-  (an int seed keeps the streams they had before secret seeds existed).
+  Aggregators with several noised releases give each its own stream this
+  way: an int seed s gives the streams of the int seeds s + offset, a pair
+  (a, b) the pair (a, b + offset).
   """
   if seed is None:
     return None
@@ -114,12 +99,31 @@ def add_stateless_gaussian_noise(structure, stddev, seed):
 class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   """`tfp.GaussianSumQuery` with noise from a stateless seed in its state.
 
-  `seed=None` draws a secret seed (see the module docstring).
+  Record: a structure of float tensors, clipped to global L2 norm
+  `l2_norm_clip` (`preprocess_record_impl`: tensorflow-privacy's clip,
+  guarded against non-finite and overflowing records). Release: the sum of
+  the clipped records plus N(0, stddev^2) noise on every entry, drawn from
+  the state's seed, which `get_noised_result` then advances. DpEvent:
+  `GaussianDpEvent(stddev / l2_norm_clip)`, add/remove-one with L2
+  sensitivity `l2_norm_clip` (replace-one: twice that, which
+  `tff_dp.privacy` accounts). Metrics: none (`derive_metrics` is
+  tensorflow-privacy's empty one).
+
+  Args:
+    l2_norm_clip: The clip, > 0.
+    stddev: The noise's standard deviation, >= 0.
+    seed: None (a secret seed from OS entropy), or an int or a pair of ints
+      in int64 (reproducible noise; whoever knows it can subtract the
+      noise). Resolved once, at construction.
+
+  Raises:
+    ValueError: If `seed` is not None, an int or a pair of ints in int64.
   """
 
-  _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
-    '_GlobalState', ['l2_norm_clip', 'stddev', 'seed']
-  )
+  class _GlobalState(NamedTuple):
+    l2_norm_clip: tf.Tensor  # float32; also the sample params.
+    stddev: tf.Tensor  # float32.
+    seed: tf.Tensor  # int64 [2]: this round's noise seed.
 
   def __init__(self, l2_norm_clip: float, stddev: float, seed: NoiseSeed):
     super().__init__(l2_norm_clip, stddev)
@@ -160,7 +164,18 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
 
 
 class SeededQuantileEstimatorQuery(tfp.QuantileEstimatorQuery):
-  """`tfp.QuantileEstimatorQuery` whose below-estimate count is seeded."""
+  """`tfp.QuantileEstimatorQuery` whose below-estimate count is seeded.
+
+  Record: a scalar (a client's update norm); each client adds
+  [record <= estimate] - 0.5 to a sum (sensitivity 0.5) that gets
+  N(0, below_estimate_stddev^2) noise from `seed`
+  (`SeededGaussianSumQuery`) and is divided by `expected_num_records`.
+  Release: the new estimate, estimate * exp(-learning_rate * (b -
+  target_quantile)) with b the noised fraction below the estimate clipped
+  to [0, 1] (or minus that step without `geometric_update`). DpEvent:
+  `GaussianDpEvent(below_estimate_stddev / 0.5)`. Arguments as
+  tensorflow-privacy's, and `seed` as `SeededGaussianSumQuery`'s.
+  """
 
   def __init__(
     self,
@@ -198,8 +213,20 @@ class SeededQuantileEstimatorQuery(tfp.QuantileEstimatorQuery):
 class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
   """`tfp.QuantileAdaptiveClipSumQuery` (Andrew et al. 2021) with seeds.
 
-  The sum query and the clipped-count query draw from independent seeds
-  `(seed, 0)` and `(seed, 1)` (two independent secrets for `seed=None`).
+  Record: a structure of float tensors, clipped to the current clip C
+  (`SeededGaussianSumQuery`); its norm feeds the unclipped-quantile
+  estimator (`SeededQuantileEstimatorQuery`). Release: the sum plus
+  N(0, (noise_multiplier C)^2) noise, and the next clip, the estimator's
+  geometric step towards `target_unclipped_quantile` (floored at 0); the
+  sum's state keeps its advanced seed when the clip moves (tensorflow-
+  privacy's rebuilds it, which would restart the seed). DpEvent:
+  `ComposedDpEvent([GaussianDpEvent(noise_multiplier),
+  GaussianDpEvent(clipped_count_stddev / 0.5)])`, both on the same cohort.
+  Metrics: `clip`, the current clip (tensorflow-privacy's).
+
+  Args: as tensorflow-privacy's, and `seed`: None (two independent secrets
+  from OS entropy) or an int s: the sum query and the clipped-count query
+  draw from the independent seeds `(s, 0)` and `(s, 1)`.
   """
 
   def __init__(
@@ -262,28 +289,44 @@ class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
 class ClippedFractionSumQuery(tfp.SumAggregationDPQuery):
   """A fixed-clip Gaussian sum that also releases a DP fraction clipped.
 
-  Each client clips its record to `l2_norm_clip` (as
-  `SeededGaussianSumQuery`) and adds the indicator [norm > clip] - 0.5 to
-  a second sum (sensitivity 0.5, as tensorflow-privacy's quantile
-  estimator centres it), which gets N(0, fraction_stddev^2) noise. The
-  round's release is the noised sum and the estimate
-  clip01(noised indicator sum / expected_num_records + 0.5) of the fraction
-  of the cohort whose update was clipped; the estimate is kept in the
-  global state (`dp_fraction_clipped`, read by `derive_metrics`) and the
-  clip never moves. DpEvent: `ComposedDpEvent([GaussianDpEvent(stddev /
-  l2_norm_clip), GaussianDpEvent(fraction_stddev / 0.5)])`, both on the
-  same cohort.
+  Record: a structure of float tensors. Each client clips it to
+  `l2_norm_clip` (as `SeededGaussianSumQuery`) and adds the indicator
+  [norm > clip] - 0.5 to a second sum (sensitivity 0.5, as
+  tensorflow-privacy's quantile estimator centres it), which gets
+  N(0, fraction_stddev^2) noise. Release: the sum plus N(0, stddev^2)
+  noise, and the estimate clip01(noised indicator sum /
+  expected_num_records + 0.5) of the fraction of the cohort whose update
+  was clipped; the estimate is kept in the global state
+  (`dp_fraction_clipped`) and the clip never moves. DpEvent:
+  `ComposedDpEvent([GaussianDpEvent(stddev / l2_norm_clip),
+  GaussianDpEvent(fraction_stddev / 0.5)])`, both on the same cohort,
+  add/remove-one (one client moves the sum by at most `l2_norm_clip` and
+  the indicator sum by at most 0.5). Metrics: `clip` (`l2_norm_clip`) and
+  `dp_fraction_clipped` (the last round's estimate; 0 before the first).
+
+  Args:
+    l2_norm_clip: The clip, > 0.
+    stddev: The sum's noise standard deviation, >= 0.
+    fraction_stddev: The indicator sum's noise standard deviation, > 0.
+    expected_num_records: The public expected cohort (the estimate's
+      denominator), > 0.
+    seed: As `SeededGaussianSumQuery`'s; the sum and the indicator sum draw
+      from the independent streams `offset_seed(seed, 0)` and
+      `offset_seed(seed, 1)`.
   """
 
-  _GlobalState = collections.namedtuple(  # pylint: disable=invalid-name
-    '_GlobalState', ['sum_state', 'count_state', 'dp_fraction_clipped']
-  )
-  _SampleParams = collections.namedtuple(  # pylint: disable=invalid-name
-    '_SampleParams', ['sum_params', 'count_params']
-  )
-  _SampleState = collections.namedtuple(  # pylint: disable=invalid-name
-    '_SampleState', ['sum_state', 'count_state']
-  )
+  class _GlobalState(NamedTuple):
+    sum_state: SeededGaussianSumQuery._GlobalState
+    count_state: SeededGaussianSumQuery._GlobalState
+    dp_fraction_clipped: tf.Tensor  # float32, the last round's estimate.
+
+  class _SampleParams(NamedTuple):
+    sum_params: tf.Tensor  # The clip.
+    count_params: tf.Tensor  # 0.5.
+
+  class _SampleState(NamedTuple):
+    sum_state: object  # The clipped records' sum (the record's structure).
+    count_state: tf.Tensor  # The indicators' sum.
 
   def __init__(
     self,

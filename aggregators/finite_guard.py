@@ -1,29 +1,10 @@
-"""A guard that zeroes non-finite client values before an aggregator.
+"""Guards against non-finite and overflowing client values.
 
-A client value with a NaN or an infinity has no L2 norm to clip: TFF's
-clipping (and any `x * min(1, C / ||x||)`) turns it into NaNs that the sum
-carries into the model. `FiniteGuardFactory(inner)` replaces every
-non-finite client value by zeros (its contribution then has norm 0, within
-any clip) before `inner` sees it, and counts those clients in the
-measurement `non_finite_clients`, added beside the inner aggregator's own
-measurements (which keep their names; an unnamed inner measurement is
-nested under `inner`). The count is a cohort sum of a per-client bit and,
-like the update diagnostics, not differentially private (it is 0 in a
-healthy run). `tff_dp`'s client works already zero non-finite updates;
-this makes every DP aggregator safe on its own.
-
-Finite values can still overflow a float32 norm: (1e20)^2 is inf, and
-`tf.clip_by_global_norm` then returns NaNs (as its documentation says), so
-one huge client update would poison DP-FedAvg's sum. The guard therefore
-also rescales any value whose norm (computed in float64) exceeds
-`MAX_NORM` = 1e18 to exactly that norm, keeping its direction: for any
-clip below 1e18 the clipped contribution is unchanged (the direction
-times the clip), and the sensitivity the ledger assumes holds.
-
-A compressed payload computed from a bounded update can still overflow
-(CMP-Fed's U = Delta V, a sketch's counters), so every DP clip in
-`tff_dp.aggregators` goes through `clip_flat`: `tf.clip_by_global_norm`
-when the float32 norm is finite, else the payload clipped in float64, or
+`FiniteGuardFactory(inner)` zeroes every client value that holds a NaN or
+an infinity, and scales one whose norm exceeds `MAX_NORM` = 1e18 down to
+that norm, before `inner` sees it. `clip_flat`, through which every DP clip
+in `tff_dp.aggregators` goes, is `tf.clip_by_global_norm` when the float32
+norm is finite, else the value clipped in float64 (`bound_in_float64`), or
 zeroed if it holds a NaN or an infinity. Clip what you noise, and guard
 what you release.
 """
@@ -40,11 +21,14 @@ MAX_NORM = 1e18
 
 
 def bound_in_float64(flat, bound):
-  """`(flat zeroed if non-finite, then scaled to norm <= bound; flag)`.
+  """`(flat zeroed if non-finite, then scaled to norm <= bound; flag; norm)`.
 
   The norm is computed in float64, so finite values whose float32 norm
-  overflows are scaled, not turned into NaN. `flag` is 1 (int32) if `flat`
-  held a NaN or an infinity (then the result is zeros), else 0.
+  overflows are scaled, not turned into NaN: (1e20)^2 is inf in float32,
+  and `tf.clip_by_global_norm` then returns NaNs (as its documentation
+  says). `flag` is 1 (int32) if `flat` held a NaN or an infinity (then the
+  result is zeros), else 0; `norm` is the float64 norm of the zeroed
+  values.
   """
   finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
   zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
@@ -66,7 +50,9 @@ def clip_flat(flat, clip):
   Equal to `tf.clip_by_global_norm(flat, clip)` when the float32 norm is
   finite; otherwise `bound_in_float64` (a NaN or infinity gives zeros).
   The norm returned is float32 (infinite for a finite value whose norm
-  overflows float32; 0 for a zeroed one).
+  overflows float32; 0 for a zeroed one). A compressed payload computed
+  from a bounded update can still overflow (CMP-Fed's U = Delta V, a
+  sketch's counters), which is why every DP clip here goes through it.
   """
   flat = list(flat)
   norm = tf.linalg.global_norm(flat)
@@ -85,7 +71,42 @@ def clip_flat(flat, clip):
 class FiniteGuardFactory(
   tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
 ):
-  """Zeroes non-finite client values, then aggregates with `inner`."""
+  """Zeroes non-finite client values, then aggregates with `inner`.
+
+  A client value with a NaN or an infinity has no L2 norm to clip: TFF's
+  clipping (and any `x * min(1, C / ||x||)`) turns it into NaNs that the
+  sum carries into the model; and a finite value can still overflow a
+  float32 norm, so that one huge client update would poison DP-FedAvg's
+  sum. `tff_dp`'s client works already zero non-finite updates; this
+  makes every DP aggregator safe on its own.
+
+  Client: a value whose float32 norm is finite and at most `MAX_NORM` is
+  passed on as it is. Otherwise, a value holding a NaN or an infinity is
+  replaced by zeros (norm 0, within any clip), and a finite one whose norm
+  (in float64) exceeds `MAX_NORM` is scaled to exactly that norm, keeping
+  its direction. Each client also sends the bit "my value was
+  non-finite", summed over the cohort.
+
+  Server: `inner`'s process on the guarded values: its state (same type),
+  result and DP event. For any clip below 1e18 a clipped contribution is
+  unchanged (the direction times the clip) or zero, so the sensitivity
+  `inner`'s event assumes still holds. `guarded` is `inner`, through which
+  `tff_dp.aggregators.dp_events.released_event(factory, state,
+  measurements)`, the one documented reader of a round's event, reads it.
+
+  Measurements (`OrderedDict`): `inner`'s own, keeping their names when
+  they are a structure of named elements without `non_finite_clients`,
+  otherwise nested under `inner`; and `non_finite_clients` (int32), the
+  number of clients whose value held a NaN or an infinity. The count is a
+  cohort sum of a per-client bit and, like the update diagnostics, not
+  differentially private (it is 0 in a healthy run).
+
+  Args:
+    inner: The `tff.aggregators.UnweightedAggregationFactory` to guard.
+
+  Raises:
+    TypeError: If `inner` is not an `UnweightedAggregationFactory`.
+  """
 
   def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):
     if not isinstance(inner, tff.aggregators.UnweightedAggregationFactory):
@@ -94,6 +115,11 @@ class FiniteGuardFactory(
         f'Found {type(inner)!r}.'
       )
     self._inner = inner
+
+  @property
+  def guarded(self) -> tff.aggregators.UnweightedAggregationFactory:
+    """The wrapped factory (`dp_events.released_event` reads its event)."""
+    return self._inner
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     inner = self._inner.create(value_type)

@@ -2,24 +2,10 @@
 
 Every aggregation factory in `tff_dp.aggregators` is unweighted, as TFF's
 DP aggregators are: it drops into
-`tff.learning.algorithms.build_unweighted_fed_avg` as it is. Most TFF
-pipelines build with `build_weighted_fed_avg`, which refuses an unweighted
-factory; `factory.weighted()` gives the same aggregation as a
+`tff.learning.algorithms.build_unweighted_fed_avg` as it is.
+`factory.weighted()` (`UniformlyWeighted`) gives the same aggregation as a
 `tff.aggregators.WeightedAggregationFactory` that takes the client weights
-and ignores them, so every client counts the same.
-
-Why uniform: a DP aggregator's noise is calibrated to the most one client
-can move the sum, its clip C. With client weights w_i (e.g. example counts)
-the sum of w_i * u_i moves by up to max(w) * C, which the weights, being
-private and unbounded, do not bound; the released mean would not be DP at
-the noise the factory was given. The non-private UV-Fed and FetchSGD could
-honour weights, but their weighted forms weight uniformly too, so that
-swapping a private method for its non-private baseline never changes the
-weighting under a comparison (the method registry runs them that way).
-
-With `build_weighted_fed_avg`, pass `client_weighting=
-tff.learning.ClientWeighting.UNIFORM` as well, so that the training metrics
-are weighted as the update is (the aggregation is uniform either way).
+and ignores them, for `build_weighted_fed_avg`: every client counts the same.
 """
 
 import tensorflow_federated as tff
@@ -30,9 +16,32 @@ from tff_dp.aggregators import _tff_private
 class UniformlyWeighted(tff.aggregators.WeightedAggregationFactory):
   """An unweighted factory as a weighted one that ignores the weights.
 
-  Its state, measurements and result are those of the unweighted factory's
-  process, so `dp_events.round_event` and the factories' own event readers
-  work on it unchanged.
+  Client: sends its value, as to the unweighted factory, and its weight,
+  which is dropped (TFF's `as_weighted_aggregator`). Server: the unweighted
+  factory's process, unchanged: its state, result and measurements (keys
+  included), and so its DP event, under the same neighbouring relation and
+  sensitivity; `tff_dp.aggregators.dp_events.released_event(factory,
+  state, measurements)` unwraps it (`unweighted`).
+
+  Why uniform: a DP aggregator's noise is calibrated to the most one client
+  can move the sum, its clip C. With client weights w_i (e.g. example
+  counts) the sum of w_i * u_i moves by up to max(w) * C, which the
+  weights, being private and unbounded, do not bound; the released mean
+  would not be DP at the noise the factory was given. The non-private
+  UV-Fed and FetchSGD could honour weights, but their weighted forms weight
+  uniformly too, so that swapping a private method for its non-private
+  baseline never changes the weighting under a comparison (the method
+  registry runs them that way). With `build_weighted_fed_avg`, pass
+  `client_weighting=tff.learning.ClientWeighting.UNIFORM` as well, so that
+  the training metrics are weighted as the update is (the aggregation is
+  uniform either way).
+
+  Args:
+    factory: The unweighted factory.
+
+  Raises:
+    TypeError: If `factory` is not a
+      `tff.aggregators.UnweightedAggregationFactory`.
   """
 
   def __init__(self, factory: tff.aggregators.UnweightedAggregationFactory):
@@ -60,6 +69,6 @@ class Weightable:
   def weighted(self) -> UniformlyWeighted:
     """This aggregation for `build_weighted_fed_avg`: weights ignored.
 
-    Every client counts the same, as DP requires (see the module doc).
+    Every client counts the same, as DP requires (`UniformlyWeighted`).
     """
     return UniformlyWeighted(self)
