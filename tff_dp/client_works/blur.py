@@ -1,22 +1,14 @@
-"""BLUR: bounded local update regularisation (Cheng et al., CVPR 2022, eq. 5).
+"""BLUR: bounded local update regularization (Cheng et al. 2022, eq. 5).
 
-"Differentially Private Federated Learning with Local Regularization and
-Sparsification" (seed 000). The local objective adds
+Local training with a proximal hinge towards the round's initial weights
+w_t, added to every step's loss:
 
-    lambda / 2 * max(0, ||w - w_t||^2 - S^2)
+    lambda / 2 * max(0, ||w - w_t||^2 - S^2),  gradient lambda (w - w_t)
+    outside the ball ||w - w_t|| <= S and 0 inside,
 
-towards the round's initial weights w_t, where S is the clipping threshold of
-the DP aggregator: updates are pulled inside the clip ball during training,
-so clipping later removes less signal. ||.|| is the L2 norm over all
-trainable weights together. Its gradient is lambda (w - w_t) outside the
-ball and 0 inside.
-
-BLUR acts only where the clip binds and lambda eta Q is not small: an update
-outside the ball for all Q local steps is scaled by about (1 - (1 - lambda
-eta)^Q) / (Q lambda eta) (the seed's Lemma 2). The seed's own regime is "the
-number of local iterations Q = 30", "the mini-batch size to 64", "the local
-LR eta_l to 0.03", "S = 0.03 ... perform best on EMNIST" and lambda from its
-grid up to 0.8 (Sec. 6); `benchmarks.studies`' `seed000_regime` runs it.
+with S the DP aggregator's clip and ||.|| the L2 norm over all trainable
+weights together. See docs/papers/blur_lus.md for the paper's reading and
+derivations.
 """
 
 import math
@@ -29,14 +21,20 @@ from tff_dp.client_works import _local_training
 
 
 def check_blur_args(lam: float, clip_norm: float) -> None:
-  if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0):
-    raise ValueError(
-      f'lam (lambda) must be a finite number >= 0. Found ' f'{lam!r}.'
-    )
-  if not (isinstance(clip_norm, (int, float)) and clip_norm > 0):
-    raise ValueError(
-      f'clip_norm (S) must be a number > 0. Found ' f'{clip_norm!r}.'
-    )
+  """Checks BLUR's lambda (finite, >= 0) and S (> 0).
+
+  Raises:
+    ValueError: Naming the bad argument, its allowed range and its value.
+  """
+  _local_training.check_number(
+    'lam (lambda)',
+    lam,
+    'a finite number >= 0',
+    lambda value: math.isfinite(value) and value >= 0,
+  )
+  _local_training.check_number(
+    'clip_norm (S)', clip_norm, 'a number > 0', lambda value: value > 0
+  )
 
 
 def blur_penalty(lam: float, clip_norm: float):
@@ -46,8 +44,17 @@ def blur_penalty(lam: float, clip_norm: float):
   which adds the penalty's gradient to the loss gradients without tracing
   the penalty on the tape: the same float ops autodiff would run (so the
   same bits), and none of them while the update is inside the ball, where
-  the gradient is zero. Local training uses it (it was the larger part of
-  BLUR's cost over a DP-FedAvg round).
+  the gradient is zero. Local training uses it.
+
+  Args:
+    lam: lambda, a finite number >= 0.
+    clip_norm: S, > 0.
+
+  Returns:
+    The penalty function, with its `add_gradient` attribute.
+
+  Raises:
+    ValueError: If lam is negative or not finite, or clip_norm <= 0.
   """
   check_blur_args(lam, clip_norm)
   half_lam = 0.5 * lam
@@ -98,18 +105,39 @@ def build_blur_client_work(
 ) -> tff.learning.templates.ClientWorkProcess:
   """Model-delta training with BLUR's hinge-squared proximal term.
 
+  Each client trains from the broadcast weights w_t with
+  lambda / 2 * max(0, ||w - w_t||^2 - S^2) added to every step's loss and
+  sends `ClientResult(update, update_weight)`: update = w_t - w (all
+  trainable weights, unclipped: the aggregator clips and noises it),
+  weight 1 (`UNIFORM`) or the client's example count (`NUM_EXAMPLES`); a
+  non-finite update is sent as zeros with weight 0. The state is the local
+  optimizer's hparams.
+
+  Measurements: `train`, the model's metrics summed over the clients and
+  finalized (the model's `metric_finalizers()` keys, e.g. `loss`,
+  `num_examples`); with `extra_metrics_fn`, `extra`, its per-client values
+  summed (`diagnostics.update_norm_metrics`: `clients`, `update_norm`,
+  `update_norm_sq`, `clipped`, `norm_hist`).
+
   Args:
     model_fn: No-arg callable returning a fresh `tff.learning` model.
-    optimizer: The local optimizer.
-    lam: lambda, >= 0 (seed 000's default 0.4; grid 0.05-0.8).
-    clip_norm: S, the DP clip, > 0.
+    optimizer: The local `tff.learning.optimizers.Optimizer`.
+    lam: lambda, a finite number >= 0 (0: no pull; the paper's default 0.4,
+      its grid 0.05-0.8).
+    clip_norm: S, the DP aggregator's clip, > 0.
     client_weighting: Uniform by default, as DP aggregation requires.
-    extra_metrics_fn: Per-client scalars of the update, summed (e.g.
-      `diagnostics.update_norm_metrics`).
+    extra_metrics_fn: Per-client scalars of the update, summed under
+      `extra` (e.g. `diagnostics.update_norm_metrics`); None: no `extra`.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess`.
 
   Raises:
-    ValueError: If lam < 0 or clip_norm <= 0.
+    ValueError: If lam is negative or not finite, or clip_norm <= 0.
+    TypeError: If `model_fn` or `extra_metrics_fn` is not callable, or
+      `optimizer` or `client_weighting` has the wrong type.
   """
+  check_blur_args(lam, clip_norm)
   return _local_training.build_client_work(
     model_fn,
     optimizer,

@@ -1,16 +1,12 @@
 """Update-norm diagnostics: the pre-clip distribution of client updates.
 
-Seed 000 (Fig. 2) and seed 003 study the distribution of client update
-norms before clipping. Each client reports, as metrics summed over the
-cohort, its update's L2 norm, its square, whether it exceeds the clip, and
-a one-hot over log-spaced norm buckets; `summarize` turns the round's sums
-into the mean, standard deviation, fraction clipped and histogram quantiles.
-
-These sums are NOT differentially private (they are exact cohort sums of a
-function of each client's data): they are simulation diagnostics,
-computed by `python -m tff_dp.run` only with --release_non_private_metrics
-(written to the run's `non_private/`; `--noupdate_diagnostics` then turns
-them off) and off by default in the library's client works.
+Each client reports, as metrics summed over the cohort, its update's L2
+norm, its square, whether it exceeds the clip and a one-hot over log-spaced
+norm buckets (optionally its cosine to the last global step);
+`summarize` turns the round's sums into the mean, standard deviation,
+fraction clipped and histogram quantiles. These sums are NOT differentially
+private: simulation diagnostics, off by default in the library's client
+works. See docs/papers/clipping.md for the papers' reading.
 """
 
 import collections
@@ -25,6 +21,7 @@ PREFIX = 'client_work/extra/'
 
 
 def check_clip(clip: float) -> None:
+  """Raises ValueError unless `clip` is a number > 0."""
   if not (isinstance(clip, (int, float)) and clip > 0):
     raise ValueError(f'clip must be > 0. Found {clip!r}.')
 
@@ -33,18 +30,28 @@ ANGLE_BUCKETS = 20  # Cosine in [-1, 1], 0.1 wide.
 
 
 def update_norm_metrics(clip: float, with_angle: bool = False):
-  """Per-client values to be summed over the cohort.
+  """Per-client values to be summed over the cohort (`extra_metrics_fn`).
 
-  Returns `fn(delta)` or, with `with_angle`, `fn(delta, last_global_step)`
-  (for a client work built with `track_global_update=True`) giving:
-  `clients` (1), `update_norm`, `update_norm_sq`, `clipped` (1 if the norm
-  exceeds `clip`), `norm_hist` (one-hot over the `EDGES` buckets: bucket i
-  holds norms in [EDGES[i-1], EDGES[i]), bucket 0 below EDGES[0], the last
-  at or above EDGES[-1]); with angles also `cosine` (the cosine between
-  the update and the last global step, 0 when undefined), `cosine_defined`
-  (1 when the step and the update are nonzero) and `joint_hist` (norm
-  bucket x cosine bucket, a one-hot matrix; undefined cosines count in
-  the joint histogram only when defined).
+  The function's keys: `clients` (1), `update_norm`, `update_norm_sq`,
+  `clipped` (1 if the norm exceeds `clip`), `norm_hist` (one-hot over the
+  `EDGES` buckets: bucket i holds norms in [EDGES[i-1], EDGES[i]), bucket 0
+  below EDGES[0], the last at or above EDGES[-1]); with angles also
+  `cosine` (the cosine between the update and the last global step, 0 when
+  undefined), `cosine_defined` (1 when the step and the update are
+  nonzero) and `joint_hist` (norm bucket x cosine bucket, a one-hot
+  matrix; undefined cosines count in the joint histogram only when
+  defined).
+
+  Args:
+    clip: The clip the norms are compared with, > 0.
+    with_angle: Also the cosine to the last global step.
+
+  Returns:
+    `fn(delta)` or, with `with_angle`, `fn(delta, last_global_step)` (for
+    a client work built with `track_global_update=True`).
+
+  Raises:
+    ValueError: If clip is not a number > 0.
   """
   check_clip(clip)
   num_buckets = len(EDGES) + 1

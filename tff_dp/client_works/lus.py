@@ -1,15 +1,14 @@
-"""LUS: local update sparsification (Cheng et al., CVPR 2022, eq. 9-13).
+"""LUS: local update sparsification (Cheng et al. 2022, eq. 9-13).
 
-After local training, each layer j keeps the s_j entries of its update with
-the largest Taylor score T(dw) = |df_i/dw(w) * dw| (eq. 11: the first-order
-loss change of resetting that weight to w_0), with f_i the client's loss
-on its local data at the final local model w, and zeroes the rest (eq.
-12-13). Sparsity c = 1 - s/d; our reading of the garbled per-layer count is
-s_j = max(1, round((1 - c) d_j)), the same sparsity in every layer. LUS
-composes with BLUR (`build_lus_client_work(..., blur_lam=...)`); DP comes
-from the aggregator (clip and noise after sparsification, Alg. 2 lines 9-10).
-The seed's regime ("lambda = 0.4 and c = 0.7" by default, Q = 30, S = 0.03,
-Sec. 6) is `benchmarks.studies`' `seed000_regime`.
+After local training, each layer j keeps the s_j entries of its update dw
+with the largest Taylor score |df_i/dw(w) * dw| (f_i: the client's loss on
+its data at the final local weights w) and zeroes the rest, with
+
+    s_j = max(1, round((1 - c) d_j))    (c: the sparsity, in [0, 1)),
+
+optionally with BLUR's penalty during training. DP comes from the
+aggregator, which clips and noises the sparsified update. See
+docs/papers/blur_lus.md for the paper's reading and derivations.
 """
 
 from typing import Callable, Optional
@@ -23,12 +22,18 @@ from tff_dp.client_works import blur
 
 
 def check_sparsity(sparsity: float) -> None:
-  if not (isinstance(sparsity, (int, float)) and 0 <= sparsity < 1):
-    raise ValueError(f'sparsity must be in [0, 1). Found {sparsity!r}.')
+  """Checks LUS's sparsity c, in [0, 1).
+
+  Raises:
+    ValueError: If it is not a number in [0, 1).
+  """
+  _local_training.check_number(
+    'sparsity', sparsity, 'in [0, 1)', lambda value: 0 <= value < 1
+  )
 
 
 def kept_count(size: int, sparsity: float) -> int:
-  """s_j for a layer of `size` entries."""
+  """s_j = max(1, round((1 - sparsity) size)) for a layer of `size` entries."""
   return max(1, int(round((1.0 - sparsity) * size)))
 
 
@@ -88,20 +93,46 @@ def build_lus_client_work(
 ) -> tff.learning.templates.ClientWorkProcess:
   """Model-delta training, then LUS; optionally with BLUR (`blur_lus`).
 
+  Each client trains from the broadcast weights (with BLUR's penalty when
+  `blur_lam` is set), takes its update delta = initial - trained weights,
+  scores every entry by |g * delta| with g the mean gradient of its loss
+  over its dataset at the trained weights, keeps the `kept_count(d_j,
+  sparsity)` top-scored entries of each tensor and zeroes the rest. It
+  sends `ClientResult(update, update_weight)`: the sparsified update
+  (unclipped: the aggregator clips and noises it) and weight 1 (`UNIFORM`)
+  or its example count (`NUM_EXAMPLES`); a non-finite update is sent as
+  zeros with weight 0. The state is the local optimizer's hparams.
+
+  Measurements: `train`, the model's metrics summed over the clients and
+  finalized (the model's `metric_finalizers()` keys, e.g. `loss`,
+  `num_examples`); with `extra_metrics_fn`, `extra`, its per-client values
+  of the sparsified update summed (`diagnostics.update_norm_metrics`:
+  `clients`, `update_norm`, `update_norm_sq`, `clipped`, `norm_hist`).
+
   Args:
     model_fn: No-arg callable returning a fresh `tff.learning` model.
-    optimizer: The local optimizer.
-    sparsity: c in [0, 1) (seed 000's default 0.7).
-    blur_lam: If set, BLUR's lambda (>= 0) and `clip_norm` (S > 0) are used.
-    clip_norm: BLUR's S (with `blur_lam`).
+    optimizer: The local `tff.learning.optimizers.Optimizer`.
+    sparsity: c, in [0, 1) (the paper's default 0.7).
+    blur_lam: If set, BLUR's lambda, a finite number >= 0, used with
+      `clip_norm`; None: no BLUR (`clip_norm` is then unused).
+    clip_norm: BLUR's S, > 0 (required with `blur_lam`).
     client_weighting: Uniform by default, as DP aggregation requires.
     extra_metrics_fn: Per-client scalars of the sparsified update (what is
-      clipped), summed (e.g. `diagnostics.update_norm_metrics`).
+      clipped), summed under `extra` (e.g. `diagnostics.update_norm_metrics`);
+      None: no `extra`.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess`.
 
   Raises:
-    ValueError: On a bad argument, naming it and its allowed range.
+    ValueError: If sparsity is not in [0, 1), or with `blur_lam`, if it is
+      negative or not finite or clip_norm is not a number > 0.
+    TypeError: If `model_fn` or `extra_metrics_fn` is not callable, or
+      `optimizer` or `client_weighting` has the wrong type.
   """
   check_sparsity(sparsity)
+  if blur_lam is not None:
+    blur.check_blur_args(blur_lam, clip_norm)
   penalty = None
   if blur_lam is not None:
     penalty = blur.blur_penalty(blur_lam, clip_norm)
