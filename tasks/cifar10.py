@@ -1,4 +1,4 @@
-"""CIFAR-10 with a seeded Dirichlet(alpha) label partition (seed 000).
+"""CIFAR-10 with a seeded Dirichlet(alpha) label partition (Cheng et al.).
 
 Sources, in order:
   1. The Keras cache `cifar-10-batches-py/` (the official pickled batches), in
@@ -147,17 +147,19 @@ def load_cifar10(
 
   Args:
     data_dir: Data directory (see `tff_dp.tasks.data_dir`).
-    num_clients: Number of clients, >= 1 (seed 000 does not state its N;
-      seed 003 has 1,920).
-    alpha: Dirichlet concentration, > 0 (seed 000: 0.1, 1, 10, 100).
+    num_clients: Number of clients, >= 1 (Cheng et al. 2022 do not state
+      their N; Zhang et al. 2022 have 1,920).
+    alpha: Dirichlet concentration, > 0 (Cheng et al.: 0.1, 1, 10, 100).
     partition_seed: Seed of the split.
     split: 'dirichlet' (the default, above) or 'class_balanced_overlap'
-      (seed 003: every client draws `per_class` examples of each class,
+      (Zhang et al.: every client draws `per_class` examples of each class,
       overlapping with other clients; `partition.
       class_balanced_overlapping_partition`; `alpha` unused).
     per_class: Examples of each class per client for
-      'class_balanced_overlap' (seed 003: 50, or 5 in its "non-IID" case).
-    model: 'cnn_2layers', 'resnet18_gn', 'cnn' or 'mlp' (seed 003's MLP).
+      'class_balanced_overlap' (Zhang et al.: 50, or 5 in their "non-IID"
+      case).
+    model: 'cnn_2layers', 'resnet18_gn', 'cnn' or 'mlp' (Zhang et al.'s
+      MLP).
     min_examples_per_client: Redraw splits that leave a smaller client.
     model_seed: Seed of the initial weights.
   """

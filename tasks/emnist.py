@@ -1,4 +1,4 @@
-"""Federated EMNIST by writer (seeds 000 and 003).
+"""Federated EMNIST by writer (Cheng et al. 2022, Zhang et al. 2022).
 
 Sources, in order:
   1. TFF's own federated EMNIST, `emnist_all.sqlite` (what
@@ -157,24 +157,25 @@ def load_emnist(
   dominant_count: int = 230,
   other_count: int = 5,
 ) -> task_lib.FederatedTask:
-  """Federated EMNIST, one client per writer (or seed 003's label skew).
+  """Federated EMNIST, one client per writer (or Zhang et al.'s label skew).
 
   Args:
     data_dir: Data directory (see `tff_dp.tasks.data_dir`).
     only_digits: Keep the 10 digit classes only (writers left with no
       example are dropped).
     model: 'cnn_2layers' (Reddi et al.), 'resnet18_gn', 'cnn' (McMahan et
-      al.) or 'mlp' (seed 003's 2-layer MLP, 200 hidden units).
+      al.) or 'mlp' (Zhang et al. 2022's 2-layer MLP, 200 hidden units).
     max_clients: If set, keep the first this-many writers (sorted ids).
     model_seed: Seed of the initial weights.
     split: 'writers' (one client per writer) or 'dominant_classes': the
       writers' examples pooled and dealt to `num_clients` clients with 2
       dominant classes of `dominant_count` examples each and
-      `other_count` of every other class, no example on two clients (seed
-      003's non-IID EMNIST digits, `partition.dominant_classes_partition`).
-      Seed 003 has 1,920 clients of 500, more than EMNIST's 240,000
-      digits hold; the 29,289 FEMNIST digits here hold 55 (seed 0), so
-      its N needs smaller counts.
+      `other_count` of every other class, no example on two clients
+      (Zhang et al. 2022's non-IID EMNIST digits,
+      `partition.dominant_classes_partition`). Zhang et al. have 1,920
+      clients of 500, more than EMNIST's 240,000 digits hold; the 29,289
+      FEMNIST digits here hold 55 (partition seed 0), so its N needs
+      smaller counts.
     num_clients: Clients of the 'dominant_classes' split (required there).
     partition_seed: Seed of the 'dominant_classes' split.
     dominant_count: Examples of each dominant class per client (230).
@@ -185,55 +186,19 @@ def load_emnist(
       split='dominant_classes' only: it has no writer ids).
     ValueError: On bad arguments.
   """
-  if max_clients is not None and max_clients < 1:
-    raise ValueError(
-      f'max_clients must be None or >= 1. Found {max_clients!r}.'
-    )
-  if split not in SPLITS:
-    raise ValueError(f'split must be one of {SPLITS}. Found {split!r}.')
-  if (split == 'dominant_classes') != (num_clients is not None):
-    raise ValueError(
-      "num_clients is for split='dominant_classes' (and required there). "
-      f'Found split={split!r}, num_clients={num_clients!r}.'
-    )
+  _check_emnist_args(max_clients, split, num_clients)
   x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
     data_dir, only_digits, need_writers=(split == 'writers')
   )
   if split == 'writers':
-    writers, inverse = np.unique(w_tr, return_inverse=True)
-    order = np.argsort(inverse, kind='stable')
-    bounds = np.searchsorted(inverse[order], np.arange(len(writers) + 1))
-    parts = [order[bounds[i] : bounds[i + 1]] for i in range(len(writers))]
-    if max_clients is not None:
-      writers, parts = writers[:max_clients], parts[:max_clients]
+    writers, parts = _writer_parts(w_tr, max_clients)
     clients_words = f'{len(writers)} writers'
   else:
-    parts = partition.dominant_classes_partition(
-      y_tr,
-      num_clients,
-      partition_seed,
-      dominant_count=dominant_count,
-      other_count=other_count,
-    )
-    writers = [f'client_{i:04d}' for i in range(num_clients)]
-    clients_words = (
-      f'{num_clients} clients with 2 dominant classes of {dominant_count} '
-      f'and {other_count} of each other (seed {partition_seed})'
+    writers, parts, clients_words = _dominant_clients(
+      y_tr, num_clients, partition_seed, dominant_count, other_count
     )
   num_classes = 10 if only_digits else 62
-  shape = (28, 28, 1)
-  builders = {
-    'cnn_2layers': lambda: models.create_cnn_2layers(
-      shape, num_classes, model_seed
-    ),
-    'resnet18_gn': lambda: models.create_resnet18_gn(
-      shape, num_classes, seed=model_seed
-    ),
-    'cnn': lambda: models.create_cnn_mcmahan(shape, num_classes, model_seed),
-    'mlp': lambda: models.create_image_mlp(
-      shape, num_classes, (200,), model_seed
-    ),
-  }
+  builders = _model_builders((28, 28, 1), num_classes, model_seed)
   if model not in builders:
     raise ValueError(
       f'model must be one of {sorted(builders)}. ' f'Found {model!r}.'
@@ -258,3 +223,71 @@ def load_emnist(
     # One client per writer: the test examples are the writers' own.
     test_held_by_clients=(split == 'writers'),
   )
+
+
+def _check_emnist_args(max_clients, split: str, num_clients) -> None:
+  """`load_emnist`'s argument checks, before any data is read (ValueError)."""
+  if max_clients is not None and max_clients < 1:
+    raise ValueError(
+      f'max_clients must be None or >= 1. Found {max_clients!r}.'
+    )
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {SPLITS}. Found {split!r}.')
+  if (split == 'dominant_classes') != (num_clients is not None):
+    raise ValueError(
+      "num_clients is for split='dominant_classes' (and required there). "
+      f'Found split={split!r}, num_clients={num_clients!r}.'
+    )
+
+
+def _writer_parts(
+  w_tr: np.ndarray, max_clients: Optional[int]
+) -> tuple[np.ndarray, list[np.ndarray]]:
+  """Sorted writer ids and each one's example indices (first `max_clients`)."""
+  writers, inverse = np.unique(w_tr, return_inverse=True)
+  order = np.argsort(inverse, kind='stable')
+  bounds = np.searchsorted(inverse[order], np.arange(len(writers) + 1))
+  parts = [order[bounds[i] : bounds[i + 1]] for i in range(len(writers))]
+  if max_clients is not None:
+    writers, parts = writers[:max_clients], parts[:max_clients]
+  return writers, parts
+
+
+def _dominant_clients(
+  y_tr: np.ndarray,
+  num_clients: int,
+  partition_seed: int,
+  dominant_count: int,
+  other_count: int,
+) -> tuple[list[str], list[np.ndarray], str]:
+  """Client ids, index arrays and description of the 'dominant_classes'
+  split (`partition.dominant_classes_partition`)."""
+  parts = partition.dominant_classes_partition(
+    y_tr,
+    num_clients,
+    partition_seed,
+    dominant_count=dominant_count,
+    other_count=other_count,
+  )
+  writers = [f'client_{i:04d}' for i in range(num_clients)]
+  clients_words = (
+    f'{num_clients} clients with 2 dominant classes of {dominant_count} '
+    f'and {other_count} of each other (seed {partition_seed})'
+  )
+  return writers, parts, clients_words
+
+
+def _model_builders(shape, num_classes: int, model_seed: int) -> dict:
+  """No-arg Keras model builders by `load_emnist`'s model name."""
+  return {
+    'cnn_2layers': lambda: models.create_cnn_2layers(
+      shape, num_classes, model_seed
+    ),
+    'resnet18_gn': lambda: models.create_resnet18_gn(
+      shape, num_classes, seed=model_seed
+    ),
+    'cnn': lambda: models.create_cnn_mcmahan(shape, num_classes, model_seed),
+    'mlp': lambda: models.create_image_mlp(
+      shape, num_classes, (200,), model_seed
+    ),
+  }

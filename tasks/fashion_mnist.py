@@ -1,4 +1,5 @@
-"""Fashion-MNIST federated as in seed 001: 6,000 clients, IID or 5 labels each.
+"""Fashion-MNIST federated as in Guo et al. (CMP-Fed): 6,000 clients, IID
+or 5 labels each.
 
 Sources, in order: `fashion_mnist.npz` in the data directory (keys x_train,
 y_train, x_test, y_test, as in `keras.datasets.fashion_mnist`), then the Keras
@@ -90,9 +91,9 @@ def load_fashion_mnist(
 
   Args:
     data_dir: Data directory (see `tff_dp.tasks.data_dir`).
-    num_clients: Number of clients (seed 001: 6,000, 10 examples each).
+    num_clients: Number of clients (Guo et al.: 6,000, 10 examples each).
     labels_per_client: None for an IID split; else each client holds exactly
-      this many labels (seed 001's non-IID: 5).
+      this many labels (Guo et al.'s non-IID: 5).
     partition_seed: Seed of the split.
     model: 'cnn' (McMahan et al., 1,663,370 params) or 'mlp' (200 hidden).
     model_seed: Seed of the initial weights.

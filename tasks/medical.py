@@ -1,7 +1,7 @@
-"""Tabular in-hospital mortality tasks (seed 004's medical setting).
+"""Tabular in-hospital mortality tasks (Kerkouche et al.'s medical setting).
 
-Seed 004 uses the Premier Healthcare Database, which is not public; we use two
-public stand-ins, both federated by their natural sites:
+Kerkouche et al. 2021 use the Premier Healthcare Database, which is not
+public; we use two public stand-ins, both federated by their natural sites:
 
 * **PhysioNet/CinC 2012** (`physionet2012_patients.csv` and
   `physionet2012_timeseries.npz`): 8,000 ICU stays, target
@@ -20,12 +20,12 @@ public stand-ins, both federated by their natural sites:
 Each site's stays are split into train and test (stratified by outcome,
 seeded). With `server_batch_size` > 0, that many training patients (drawn
 stratified by outcome over all sites, seeded) are held out as the server's
-batch (`task.public_x`, seed 004's 356 server-held patients) and given to
-no client. Missing values are imputed with the training mean and flagged with
-an indicator column; every feature is standardised with statistics fitted on
-the training clients only. The model is an MLP with one logit; the loss
-weights positives by negatives/positives of the training data; metrics are
-balanced accuracy (threshold 0) and AUROC.
+batch (`task.public_x`, Kerkouche et al.'s 356 server-held patients) and
+given to no client. Missing values are imputed with the training mean and
+flagged with an indicator column; every feature is standardised with
+statistics fitted on the training clients only. The model is an MLP with
+one logit; the loss weights positives by negatives/positives of the
+training data; metrics are balanced accuracy (threshold 0) and AUROC.
 """
 
 from typing import Optional, Sequence

@@ -66,7 +66,7 @@ def create_cnn_mcmahan(
   num_classes: int = 10,
   seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """The CNN of McMahan et al. (2017), used by seeds 001 and 004.
+  """The CNN of McMahan et al. (2017), as Guo et al. and Kerkouche et al. use.
 
   Two 5x5 convolutions (32 and 64 filters, 'same' padding, ReLU), each
   followed by 2x2 max pooling, a 512-unit ReLU dense layer and the output
@@ -105,16 +105,16 @@ def create_cnn_2layers(
   num_classes: int = 62,
   seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """The "CNN-2-layers" of Reddi et al. (2021), seed 000's EMNIST model.
+  """The "CNN-2-layers" of Reddi et al. (2021), Cheng et al.'s EMNIST model.
 
   Conv 3x3x32 and conv 3x3x64 ('valid', ReLU), 2x2 max pooling, dropout 0.25,
   dense 128 (ReLU), dropout 0.5, output layer: TFF's
-  `simulation.baselines.emnist` conv-dropout model. 1,206,590 parameters for
-  EMNIST-62 (seed 000 quotes about 1.0M). The dropout is `StatelessDropout`
-  (its masks a function of `seed` and the batch, so a seeded run is
-  reproducible whatever order TFF runs the clients in); rows recorded before
-  2026-11-25 used Keras' stateful `Dropout` and cannot be rerun to the
-  same number.
+  `simulation.baselines.emnist` conv-dropout model. 1,206,590 parameters
+  for EMNIST-62 (Cheng et al. 2022 quote about 1.0M). The dropout is
+  `StatelessDropout` (its masks a function of `seed` and the batch, so a
+  seeded run is reproducible whatever order TFF runs the clients in); rows
+  recorded before 2026-11-25 used Keras' stateful `Dropout` and cannot be
+  rerun to the same number.
   """
   layers = tf.keras.layers
   dseed = (0 if seed is None else seed) * 1000 + 10
@@ -170,7 +170,7 @@ def create_resnet18_gn(
   (Hsieh et al. 2020, as in Reddi et al. 2021) does. CIFAR-style stem: one 3x3
   convolution, no max pooling; four stages of two basic blocks with 64, 128,
   256, 512 filters; global average pooling; output layer. 11.2M parameters
-  for CIFAR-10 (seeds 000 and 003 quote 11.1M).
+  for CIFAR-10 (Cheng et al. 2022 and Zhang et al. 2022 quote 11.1M).
 
   Args:
     input_shape: Input shape (H, W, C).
@@ -209,10 +209,10 @@ def create_mlp(
 ) -> tf.keras.Model:
   """A ReLU MLP for tabular data (the medical tasks) or flattened images.
 
-  Seed 004's medical model is in an appendix that is not in our copy, so the
-  default (64, 32) hidden units is our choice; seed 003's 2-layer MLP is
-  `hidden_units=(200,)` on flattened inputs (159,010 params on 28x28x1 with
-  10 classes, matching the 159K it quotes).
+  Kerkouche et al.'s medical model is in an appendix that is not in our
+  copy, so the default (64, 32) hidden units is our choice; Zhang et al.
+  2022's 2-layer MLP is `hidden_units=(200,)` on flattened inputs (159,010
+  params on 28x28x1 with 10 classes, matching the 159K it quotes).
   """
   layers = tf.keras.layers
   model_layers = [layers.InputLayer(input_shape=(int(input_dim),))]
@@ -232,7 +232,7 @@ def create_image_mlp(
   hidden_units: Sequence[int] = (200,),
   seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """Flattens an image and applies `create_mlp` (seed 003's MLP)."""
+  """Flattens an image and applies `create_mlp` (Zhang et al. 2022's MLP)."""
   flat = 1
   for d in input_shape:
     flat *= int(d)

@@ -43,12 +43,13 @@ def labels_per_client_partition(
 ) -> list[np.ndarray]:
   """Pathological non-IID split: each client holds exactly `labels_per_client`.
 
-  This is the shard split of McMahan et al. (2017) generalised as in seed 001
-  (6,000 agents, 5 labels each on Fashion-MNIST). Labels are assigned to
-  clients greedily so that every label is used by the same number of clients
-  (up to one): each client takes the `labels_per_client` labels with the most
-  unassigned slots, ties broken at random. Each label's examples are then
-  shuffled and cut into as many nearly equal shards as clients that hold it.
+  This is the shard split of McMahan et al. (2017) generalised as in Guo et
+  al. (CMP-Fed) (6,000 agents, 5 labels each on Fashion-MNIST). Labels are
+  assigned to clients greedily so that every label is used by the same
+  number of clients (up to one): each client takes the `labels_per_client`
+  labels with the most unassigned slots, ties broken at random. Each
+  label's examples are then shuffled and cut into as many nearly equal
+  shards as clients that hold it.
 
   Args:
     labels: Integer labels, shape `[num_examples]`.
@@ -115,8 +116,9 @@ def dirichlet_partition(
 
   For every class k, proportions p_k ~ Dir(alpha * 1_N) over the N clients
   decide how that class's (shuffled) examples are divided (Hsu et al. 2019;
-  the NIID-Bench reading used by seed 000). A draw in which some client gets
-  fewer than `min_examples_per_client` examples is redrawn, as in NIID-Bench.
+  the NIID-Bench reading used by Cheng et al. 2022). A draw in which some
+  client gets fewer than `min_examples_per_client` examples is redrawn, as
+  in NIID-Bench.
   Small alpha is very non-IID; alpha -> inf tends to IID.
 
   Args:
@@ -173,13 +175,12 @@ def class_balanced_overlapping_partition(
 ) -> list[np.ndarray]:
   """Every client draws `per_class` examples of every class; clients overlap.
 
-  Seed 003's CIFAR-10 split: "each client also has 500 samples (resp. 50
-  samples); these samples can overlap with those on the other clients and
-  the samples on each client are uniformly distributed in 10 classes,
-  i.e., each client has 50 samples (resp. 5 samples) from each class".
-  Each client's draw is uniform without replacement within the client and
-  independent of every other client's, so 1,920 clients of 500 fit in
-  CIFAR-10's 50,000.
+  Zhang et al. 2022's CIFAR-10 split: "each client also has 500 samples (resp.
+  50 samples); these samples can overlap with those on the other clients and
+  the samples on each client are uniformly distributed in 10 classes, i.e.,
+  each client has 50 samples (resp. 5 samples) from each class". Each client's
+  draw is uniform without replacement within the client and independent of
+  every other client's, so 1,920 clients of 500 fit in CIFAR-10's 50,000.
 
   Args:
     labels: Integer labels, shape `[num_examples]`.
@@ -226,9 +227,9 @@ def dominant_classes_partition(
 ) -> list[np.ndarray]:
   """Label skew by dominant classes, no example on two clients.
 
-  Seed 003's non-IID EMNIST split: "each client has 500 samples without
-  overlapping ... in the Non-IID case, there are 8 classes each has around
-  5 samples and 2 classes each has 230 samples on each client". Each
+  Zhang et al. 2022's non-IID EMNIST split: "each client has 500 samples
+  without overlapping ... in the Non-IID case, there are 8 classes each has
+  around 5 samples and 2 classes each has 230 samples on each client". Each
   client takes `dominant_count` examples of each of its
   `dominant_classes` classes and `other_count` of every other class. The
   dominant classes go round a fresh random order of the classes, a
@@ -252,32 +253,16 @@ def dominant_classes_partition(
   """
   labels = np.asarray(labels)
   classes = np.unique(labels)
-  _check_num_clients(num_clients)
-  if not 1 <= dominant_classes < len(classes):
-    raise ValueError(
-      f'dominant_classes must be in [1, {len(classes) - 1}]. Found '
-      f'{dominant_classes!r}.'
-    )
-  if dominant_count < 1 or other_count < 0:
-    raise ValueError(
-      'dominant_count must be >= 1 and other_count >= 0. Found '
-      f'{dominant_count!r} and {other_count!r}.'
-    )
+  _check_dominant_args(
+    num_clients, len(classes), dominant_classes, dominant_count, other_count
+  )
   rng = np.random.default_rng(seed)
   pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
   taken = np.zeros(len(classes), np.int64)
   order: list[int] = []
   parts = []
   for _ in range(num_clients):
-    while len(set(order)) < dominant_classes:
-      order += [int(c) for c in rng.permutation(len(classes))]
-    dominant, rest = [], []
-    for c in order:
-      if len(dominant) < dominant_classes and c not in dominant:
-        dominant.append(c)
-      else:
-        rest.append(c)
-    order = rest
+    dominant, order = _next_dominant(order, rng, len(classes), dominant_classes)
     counts = np.full(len(classes), other_count)
     counts[dominant] = dominant_count
     if np.any(taken + counts > [len(p) for p in pools]):
@@ -299,6 +284,46 @@ def dominant_classes_partition(
     )
     taken += counts
   return parts
+
+
+def _check_dominant_args(
+  num_clients, num_classes, dominant_classes, dominant_count, other_count
+) -> None:
+  """`dominant_classes_partition`'s argument checks (ValueError)."""
+  _check_num_clients(num_clients)
+  if not 1 <= dominant_classes < num_classes:
+    raise ValueError(
+      f'dominant_classes must be in [1, {num_classes - 1}]. Found '
+      f'{dominant_classes!r}.'
+    )
+  if dominant_count < 1 or other_count < 0:
+    raise ValueError(
+      'dominant_count must be >= 1 and other_count >= 0. Found '
+      f'{dominant_count!r} and {other_count!r}.'
+    )
+
+
+def _next_dominant(
+  order: list[int],
+  rng: np.random.Generator,
+  num_classes: int,
+  dominant_classes: int,
+) -> tuple[list[int], list[int]]:
+  """The next client's dominant classes, and the order left after them.
+
+  `order` is topped up with fresh random orders of the classes until it
+  holds `dominant_classes` distinct ones; the first distinct ones are
+  taken, the rest keep their order.
+  """
+  while len(set(order)) < dominant_classes:
+    order += [int(c) for c in rng.permutation(num_classes)]
+  dominant, rest = [], []
+  for c in order:
+    if len(dominant) < dominant_classes and c not in dominant:
+      dominant.append(c)
+    else:
+      rest.append(c)
+  return dominant, rest
 
 
 def label_histogram(

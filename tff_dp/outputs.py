@@ -318,12 +318,12 @@ def save_checkpoint(manager, state, runner: RunnerState) -> float:
   TFF's `FileProgramStateManager` writes a SavedModel whose objects form
   reference cycles that hold the saved tensors, freed only by a full
   collection, rare in a process holding TF's hundreds of thousands of
-  objects: saving the seed 001 CNN's state in a loop kept 5-12 MB a save.
-  A full collection after the save frees them (about 0.2 s;
-  `processes.collect_garbage`, which keeps a stop signal during it from
-  being lost). In `make run`'s job it lowered Python's memory by about
-  60 MB but not its growth of about 1.6 MB a round (README, "Memory over
-  long runs").
+  objects: saving the state of Guo et al.'s (CMP-Fed) CNN in a loop kept
+  5-12 MB a save. A full collection after the save frees them (about
+  0.2 s; `processes.collect_garbage`, which keeps a stop signal during it
+  from being lost). In `make run`'s job it lowered Python's memory by
+  about 60 MB but not its growth of about 1.6 MB a round (README, "Memory
+  over long runs").
   """
   start = time.perf_counter()
   asyncio.run(
@@ -393,7 +393,8 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
     )
     steps.append(
       'the clip (summary "clip") is the update norm of one local round on '
-      f"the server's public batch{subset} (seed 004's rule; not client data)"
+      f"the server's public batch{subset} (Kerkouche et al.'s rule; not "
+      'client data)'
     )
   return steps
 
@@ -523,8 +524,8 @@ def check_same_config(
   legacy = json.loads(json.dumps(methods_lib.LEGACY_DEFAULTS))
   for name, value in defaults.items():
     old.setdefault(name, legacy.get(name, value))
-  # Settings this method does not take (another method's options, which
-  # configs before issue #26 recorded for every run) do not change it.
+  # Settings this method does not take (another method's options, which a
+  # saved config may record for every method) do not change it.
   old = {k: v for k, v in old.items() if k in new}
   # Where and how fast it runs does not change the results.
   for key in EXECUTION_ONLY:

@@ -9,8 +9,8 @@ total bytes all clients uploaded); and for each run with update
 diagnostics, `update_norm_angle_<run>.png`: the cohort's clients in the
 (update norm, cosine to the last global step) plane at `--round` (default:
 the last round with angles), drawn from the histogram in
-`diagnostics.jsonl` (one dot per occupied cell, area by count; seed 003
-Figs. 1-2), beside the per-round norm quantiles.
+`diagnostics.jsonl` (one dot per occupied cell, area by count; Zhang et
+al. 2022, Figs. 1-2), beside the per-round norm quantiles.
 
   python -m tff_dp.plot --frontier --runs=runs/a,runs/b --output_dir=plots
   python -m tff_dp.plot --frontier \
@@ -182,10 +182,10 @@ class ShortLogFormatter(matplotlib.ticker.LogFormatter):
 # Decades in view up to which minor ticks are labelled: all of them up
 # to 0.4 (matplotlib's default), matplotlib's subset (1, 2, 3, 4 and 6
 # in each decade) up to 1.4, none above. Matplotlib's own limit for the
-# subset, 1 decade, left a panel spanning 0.1 to 1.75 (seed 000's update
-# norms) with the one label '1'; above about 1.5 decades the subset's
-# '0.03' and '0.04' touch on a half-width panel, while two decade labels
-# are then in view or nearly so.
+# subset, 1 decade, left a panel spanning 0.1 to 1.75 (update norms of a
+# Cheng et al. 2022 run) with the one label '1'; above about 1.5 decades
+# the subset's '0.03' and '0.04' touch on a half-width panel, while two
+# decade labels are then in view or nearly so.
 _MINOR_LABEL_DECADES = (1.4, 0.4)
 
 

@@ -112,7 +112,14 @@ FIXED_COUNT_ASSUMPTION = (
 
 
 def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
-  """A JSON-able dict of a DpEvent (nested events included)."""
+  """A JSON-able dict of a DpEvent (nested events included).
+
+  Args:
+    event: A dp_accounting event (or a `DiscreteGaussianSumDpEvent`).
+
+  Returns:
+    `{'type': class name, field: value, ...}`, nested events as such dicts.
+  """
   out = {'type': type(event).__name__}
   for field in attr.fields(type(event)):
     value = getattr(event, field.name)
@@ -125,7 +132,17 @@ def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
 
 
 def event_from_dict(d: dict[str, Any]) -> dp_accounting.DpEvent:
-  """Inverse of `event_to_dict`."""
+  """Inverse of `event_to_dict`.
+
+  Args:
+    d: A dict `event_to_dict` wrote.
+
+  Returns:
+    The event.
+
+  Raises:
+    ValueError: If `d['type']` is not an event type the ledger knows.
+  """
   cls = _EVENT_TYPES.get(d['type'])
   if cls is None:
     raise ValueError(f'Unknown DpEvent type {d["type"]!r}.')
@@ -146,6 +163,12 @@ def event_from_named_tuple(nt: Any) -> dp_accounting.DpEvent:
   TFF's `DifferentiallyPrivateFactory` keeps the released event in its state
   as `event.to_named_tuple()`; numeric fields come back as NumPy scalars and
   are converted to Python numbers.
+
+  Args:
+    nt: The stored named tuple (e.g. `state.dp_event`).
+
+  Returns:
+    The event, with Python numbers in its fields.
   """
   event = dp_accounting.DpEvent.from_named_tuple(nt)
   return dp_events.to_python_numbers(event)
@@ -157,6 +180,13 @@ def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   `ComposedDpEvent([Gaussian(z_1), ..., Gaussian(z_k)])` (nested, and with
   `SelfComposedDpEvent` of Gaussians and `NoOpDpEvent`s) becomes
   `Gaussian(z)` with 1/z^2 = sum 1/z_i^2. Other events are returned as is.
+
+  Args:
+    event: Any event.
+
+  Returns:
+    The merged `GaussianDpEvent` (`NoOpDpEvent` if nothing is noised), or
+    `event` itself if it is not such a composition.
   """
   inverse_sq = _gaussian_inverse_square(event)
   if inverse_sq is None:
@@ -172,8 +202,14 @@ def gaussian_shares(event: dp_accounting.DpEvent) -> Optional[list[float]]:
   For `ComposedDpEvent([Gaussian(z_1), ..., Gaussian(z_k)])` (one cohort,
   merged exactly as `merge_gaussians` does), part i's 1/z_i^2 over
   sum_j 1/z_j^2: the fraction of the merged event's inverse variance it
-  adds (e.g. DPSFL-AC's clip bit against its sketch). None for any other
-  event.
+  adds (e.g. DPSFL-AC's clip bit against its sketch).
+
+  Args:
+    event: Any event.
+
+  Returns:
+    One share per part of a `ComposedDpEvent` whose parts are all finite
+    Gaussian compositions (summing to 1); None for any other event.
   """
   if not isinstance(event, dp_accounting.ComposedDpEvent):
     return None
@@ -209,6 +245,10 @@ class Sampling:
     num_clients: Size of the client population N.
     rate: Poisson sampling probability q in (0, 1] (mode 'poisson').
     clients_per_round: Cohort size m in [1, N] (mode 'fixed').
+
+  Raises:
+    ValueError: On a bad mode, population, rate or cohort size, naming it
+      and its allowed range.
   """
 
   mode: str
@@ -241,6 +281,7 @@ class Sampling:
 
   @property
   def expected_clients_per_round(self) -> float:
+    """q N for Poisson sampling, m for fixed-size sampling."""
     if self.mode == 'poisson':
       return self.rate * self.num_clients
     return float(self.clients_per_round)
@@ -252,6 +293,14 @@ class Sampling:
     over one client's clip (add/remove-one sensitivity). For fixed-size
     sampling the merged Gaussian's multiplier is halved (replace-one
     sensitivity is twice the clip; see the module docstring).
+
+    Args:
+      event: One round's released event.
+
+    Returns:
+      `PoissonSampledDpEvent(rate, event)` or
+      `SampledWithoutReplacementDpEvent(N, m, replace-one event)`, with
+      Gaussians merged; a `NoOpDpEvent` or `NonPrivateDpEvent` unwrapped.
 
     Raises:
       dp_accounting.UnsupportedEventError: For fixed-size sampling of an
@@ -282,11 +331,13 @@ class Sampling:
     return RdpAccountant(neighboring_relation=relation)
 
   def pld_accountant(self) -> Optional[pld.PLDAccountant]:
+    """dp_accounting's PLD accountant (Poisson sampling); None for fixed."""
     if self.mode == 'poisson':
       return pld.PLDAccountant()
     return None
 
   def to_dict(self) -> dict[str, Any]:
+    """The fields as a JSON-able dict (`Sampling(**d)` inverts it)."""
     return dataclasses.asdict(self)
 
 
@@ -297,6 +348,13 @@ def replace_one_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   it does: a Gaussian's multiplier is halved, a
   `DiscreteGaussianSumDpEvent`'s sensitivity doubled (its tau term, which
   does not depend on the sensitivity, is unchanged).
+
+  Args:
+    event: A `GaussianDpEvent` or `DiscreteGaussianSumDpEvent` stated over
+      add/remove-one sensitivity.
+
+  Returns:
+    The same mechanism's event over replace-one sensitivity.
 
   Raises:
     dp_accounting.UnsupportedEventError: If `event` is neither.
@@ -319,6 +377,9 @@ def check_event(event: dp_accounting.DpEvent) -> None:
   dp_accounting's RDP accountant loops forever on a NaN multiplier (its
   fractional-order series never meets its stopping test), so the ledger
   checks every event it records.
+
+  Args:
+    event: Any event; nested events are checked too.
 
   Raises:
     ValueError: Naming the multiplier and its allowed range.
@@ -528,6 +589,13 @@ class PrivacyLedger:
   applies the sampling. `epsilon()` composes every recorded round with both
   accountants. State round-trips through `to_json`/`from_json` so a resumed
   run continues the same ledger.
+
+  Args:
+    sampling: The client sampling every recorded round ran under.
+    delta: The delta of `epsilon()`, in (0, 1).
+
+  Raises:
+    ValueError: If `delta` is not in (0, 1).
   """
 
   def __init__(self, sampling: Sampling, delta: float):
@@ -548,7 +616,17 @@ class PrivacyLedger:
     return list(self._events)
 
   def record(self, event: dp_accounting.DpEvent) -> None:
-    """Records one round's released (unsampled) event."""
+    """Records one round's released (unsampled) event.
+
+    Args:
+      event: The event the round's aggregator released.
+
+    Raises:
+      TypeError: If `event` is not a `DpEvent`.
+      ValueError: If a Gaussian in it has a NaN or negative multiplier.
+      dp_accounting.UnsupportedEventError: If fixed-size sampling cannot
+        state it (`Sampling.wrap`).
+    """
     if not isinstance(event, dp_accounting.DpEvent):
       raise TypeError(f'Expected a DpEvent. Found {type(event)!r}.')
     self._events.append(self.sampling.wrap(event))
@@ -569,6 +647,13 @@ class PrivacyLedger:
     A run with no private round (only NoOp events) has epsilon 0; one with
     a non-private event has epsilon inf. Where the PLD epsilon is NaN,
     `pld_unavailable_reason()` says why.
+
+    Returns:
+      `(epsilon_rdp, epsilon_pld)` of all recorded rounds at `delta`.
+
+    Raises:
+      dp_accounting.UnsupportedEventError: If the RDP accountant cannot
+        compose the recorded events.
     """
     key = len(self._events)
     if key not in self._cache:
@@ -594,6 +679,7 @@ class PrivacyLedger:
     return [FIXED_COUNT_ASSUMPTION]
 
   def to_json(self) -> str:
+    """The sampling, delta and recorded events, as `from_json` reads them."""
     return json.dumps(
       {
         'version': LEDGER_VERSION,
@@ -607,9 +693,16 @@ class PrivacyLedger:
   def from_json(cls, text: str) -> 'PrivacyLedger':
     """The ledger `to_json` wrote; version-1 fixed-size rounds corrected.
 
-    A version-1 ledger (before the replace-one fix) recorded fixed-size
-    rounds as `SampledWithoutReplacementDpEvent(N, m, Gaussian(z))`; they
-    are read back as `Gaussian(z / 2)` inside, what they released.
+    A version-1 ledger (no 'version' key) recorded fixed-size rounds with
+    the add/remove-one multiplier, as
+    `SampledWithoutReplacementDpEvent(N, m, Gaussian(z))`; they are read
+    back as `Gaussian(z / 2)` inside, what they released.
+
+    Args:
+      text: What `to_json` wrote.
+
+    Returns:
+      The ledger, its recorded events restored.
     """
     d = json.loads(text)
     ledger = cls(Sampling(**d['sampling']), d['delta'])
@@ -630,6 +723,19 @@ def epsilon_of(
   """(RDP epsilon, PLD epsilon) of an already-sampled event at `delta`.
 
   Infinite for both if any part of `event` is a `NonPrivateDpEvent`.
+
+  Args:
+    event: The composed, sampled event (e.g. `PrivacyLedger.composed_event`).
+    sampling: The sampling it ran under (picks the neighbouring relation).
+    delta: In (0, 1).
+
+  Returns:
+    `(epsilon_rdp, epsilon_pld)`; the PLD value is NaN where the PLD
+    accountant is unavailable (`pld_unavailable_reason`).
+
+  Raises:
+    dp_accounting.UnsupportedEventError: If the RDP accountant does not
+      support `event`.
   """
   if _has_non_private(event):
     return math.inf, math.inf
@@ -649,7 +755,16 @@ def epsilon_of(
 def pld_unavailable_reason(
   event: dp_accounting.DpEvent, sampling: Sampling
 ) -> Optional[str]:
-  """Why `epsilon_of` gives no PLD epsilon for `event`; None if it does."""
+  """Why `epsilon_of` gives no PLD epsilon for `event`; None if it does.
+
+  Args:
+    event: The composed, sampled event.
+    sampling: The sampling it ran under.
+
+  Returns:
+    A sentence naming the reason, or None where the PLD epsilon is computed
+    (or the event is non-private: both epsilons are then infinite).
+  """
   if _has_non_private(event):
     return None
   if _contains(event, CURVE_EVENTS):
@@ -703,37 +818,30 @@ def calibrate_noise_multiplier(
 ) -> float:
   """Smallest noise multiplier whose `rounds` rounds meet (epsilon, delta).
 
+  Each round's event is `round_event_fn(z)` under `sampling`
+  (`Sampling.wrap`), self-composed `rounds` times; dp_accounting's
+  `calibrate_dp_mechanism` searches z to a tolerance of 1e-4.
+
   Args:
-    target_epsilon: Target epsilon, > 0.
+    target_epsilon: Target epsilon, finite and > 0.
     delta: Target delta, in (0, 1).
-    rounds: Number of rounds, >= 1.
+    rounds: Number of rounds, an integer >= 1.
     sampling: The client sampling.
     round_event_fn: Maps the noise multiplier to one round's (unsampled)
       event, e.g. two Gaussians for a two-phase mechanism.
     accountant: 'rdp' or 'pld' (PLD needs Poisson sampling and an event
       with a PLD: not DDGauss's, `pld_unavailable_reason`).
 
+  Returns:
+    The noise multiplier z (noise stddev over the clip) at which the
+    chosen accountant's epsilon is at most `target_epsilon`.
+
   Raises:
-    ValueError: On bad arguments, or `accountant='pld'` for an event the
-      PLD accountant cannot state.
+    ValueError: On bad arguments, for `accountant='pld'` with fixed-size
+      sampling or an event the PLD accountant cannot state, or if the PLD
+      search finds no bracket.
   """
-  if not target_epsilon > 0 or not math.isfinite(target_epsilon):
-    raise ValueError(
-      f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.'
-    )
-  if not 0 < delta < 1:
-    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
-  if not isinstance(rounds, int) or rounds < 1:
-    raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
-  if accountant not in ('rdp', 'pld'):
-    raise ValueError(
-      f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
-    )
-  if accountant == 'pld' and sampling.mode != 'poisson':
-    raise ValueError(
-      'The PLD accountant supports Poisson sampling only; use '
-      "accountant='rdp' with fixed-size sampling."
-    )
+  _check_calibration_args(target_epsilon, delta, rounds, sampling, accountant)
 
   def event_fn(z):
     return dp_accounting.SelfComposedDpEvent(
@@ -760,6 +868,48 @@ def calibrate_noise_multiplier(
   )
   if accountant == 'rdp':
     return z_rdp
+  return _calibrate_pld(event_fn, target_epsilon, delta, sampling, z_rdp)
+
+
+def _check_calibration_args(
+  target_epsilon, delta, rounds, sampling: Sampling, accountant
+) -> None:
+  """`calibrate_noise_multiplier`'s argument checks.
+
+  Raises:
+    ValueError: Naming the bad argument and its allowed range.
+  """
+  if not target_epsilon > 0 or not math.isfinite(target_epsilon):
+    raise ValueError(
+      f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.'
+    )
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
+  if accountant not in ('rdp', 'pld'):
+    raise ValueError(
+      f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
+    )
+  if accountant == 'pld' and sampling.mode != 'poisson':
+    raise ValueError(
+      'The PLD accountant supports Poisson sampling only; use '
+      "accountant='rdp' with fixed-size sampling."
+    )
+
+
+def _calibrate_pld(
+  event_fn: Callable[[float], dp_accounting.DpEvent],
+  target_epsilon: float,
+  delta: float,
+  sampling: Sampling,
+  z_rdp: float,
+) -> float:
+  """The PLD accountant's multiplier, searched below the RDP one `z_rdp`.
+
+  Raises:
+    ValueError: If no bracket is found within six halvings of `z_rdp`.
+  """
   # PLD is tighter than RDP, so its multiplier is below z_rdp. Search a
   # bracket below it: PLDs of very small multipliers exhaust memory.
   upper = z_rdp
@@ -782,4 +932,13 @@ def calibrate_noise_multiplier(
 
 
 def pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
+  """Epsilon at `delta` of an (already sampled) event by a PLD accountant.
+
+  Args:
+    event: An event the PLD accountant supports.
+    delta: In (0, 1).
+
+  Returns:
+    dp_accounting's PLD epsilon.
+  """
   return float(pld.PLDAccountant().compose(event).get_epsilon(delta))

@@ -1,22 +1,24 @@
-"""Server-held public batches (FL-TOP's Top-K selection, seed 004).
+"""Server-held public batches (FL-TOP's Top-K selection, Kerkouche et al.).
 
-Seed 004 selects the Top-K weights with a batch of 10 MNIST images for
-Fashion-MNIST ("we randomly select a batch with size 10 from MNIST
-dataset", in its evaluation). We have no MNIST file, so EMNIST digits
-stand in: by default (`mode='random'`) 10 digits drawn uniformly at random,
-without
-replacement and with no class balancing, from the digits (labels 0-9) of the
-official EMNIST ByClass test split (`emnist_byclass_test.npz`), which no
-Fashion-MNIST client holds. Without that file, the test split of a prepared
-TFDS `emnist/byclass` (else `emnist/digits`) serves (`tasks.tfds_data`: the
-data directory, then `~/tensorflow_datasets` or `$TFDS_DATA_DIR`); TFDS
-stores the examples in its own order, so the same seed draws other digits.
-The draw is public randomness from the run's `seed`.
-`mode='first_per_class'` (the first digit of each class) is what
-runs before issue #24 used. For the medical task seed 004 uses a server-held
-batch of patients never given to clients: the tabular tasks hold one out
-when loaded with `server_batch_size` > 0 (`--task_option=server_batch_size=N`
-in the runner), and it is returned here.
+Kerkouche et al. 2021 (FL-TOP) select the Top-K weights with a batch of 10
+MNIST images for Fashion-MNIST ("we randomly select a batch with size 10
+from MNIST dataset", in its evaluation). We have no MNIST file, so EMNIST
+digits stand in: by default (`mode='random'`) 10 digits drawn uniformly at
+random, without replacement and with no class balancing, from the digits
+(labels 0-9) of the official EMNIST ByClass test split
+(`emnist_byclass_test.npz`), which no Fashion-MNIST client holds. Without
+that file, the test split of a prepared TFDS `emnist/byclass` (else
+`emnist/digits`) serves (`tasks.tfds_data`: the data directory, then
+`~/tensorflow_datasets` or `$TFDS_DATA_DIR`); TFDS stores the examples in
+its own order, so the same seed draws other digits. The draw is public
+randomness from the run's `seed`. `mode='first_per_class'` (the first
+digit of each class) is what the FL-TOP rows of
+benchmarks/results/seed004_fashion.md recorded with
+`--public_batch=first_per_class` need. For the medical task Kerkouche et
+al. use a server-held batch of patients never given to clients: the
+tabular tasks hold one out when loaded with `server_batch_size` > 0
+(`--task_option=server_batch_size=N` in the runner), and it is returned
+here.
 """
 
 from typing import Optional
@@ -39,6 +41,7 @@ BATCH_SIZE = 10
 
 
 def check_mode(mode: str) -> None:
+  """Raises ValueError unless `mode` is one of `MODES`."""
   if mode not in MODES:
     raise ValueError(f'public_batch must be one of {MODES}. Found {mode!r}.')
 
@@ -79,6 +82,10 @@ def public_batch(
       or 'first_per_class' (the first digit of each class). The tabular
       tasks' server-held batch is fixed when the task is loaded.
     seed: The draw's seed (public randomness), for `mode='random'`.
+
+  Returns:
+    `(x, y)`: images as float32 in [0, 1] with a channel axis and int32
+    labels, or the tabular task's held-out `(public_x, public_y)`.
 
   Raises:
     ValueError: If no public batch is defined for the task, or on a bad
