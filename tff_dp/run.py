@@ -86,7 +86,7 @@ def define_flag(field, help_: str) -> flags.FlagHolder:
 def _help(field) -> str:
   help_ = options_lib.help_of(field)
   if field.name == 'method':
-    help_ += ': ' + '; '.join(
+    help_ += ' ' + '; '.join(
       f'{k}: {m.description}' for k, m in sorted(methods.METHODS.items())
     )
   return help_

@@ -138,7 +138,7 @@ class RunSettings:
   )
   method: str = _setting(
     'dp_fedavg',
-    'Training method',
+    'Training method (a registry entry, tff_dp/methods/).',
     check=_known_method,
     choices=_method_names,
   )
