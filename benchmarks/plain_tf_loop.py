@@ -1,10 +1,20 @@
-"""A plain TF training loop over Fashion-MNIST examples: the speed floor.
+"""The speed floor: a round's local training in a plain TF loop, no TFF.
 
-One process trains the McMahan CNN with SGD on `--examples` examples at
-`--batch_size`, in a compiled `tf.function` step, with `--threads` intra-op
-threads, and prints the seconds of the loop as JSON. Two of these side by
-side, one thread each, over 5,000 examples each, are the 2-core floor of a
-100-client x 10-step x batch-10 round.
+One shard process trains its share of the benchmark's cohort (`--shard=k/n`
+of the 100 clients `round_speed` draws) exactly as a round does: each
+client's own dataset (batch 10, 10 epochs capped at 10 steps, shuffled by
+the round), the McMahan CNN reset to the initial weights for every client,
+plain SGD at lr 0.05, the whole client loop inside one `tf.function`, on
+`--threads` intra-op threads and one inter-op thread. Nothing is
+aggregated or noised: it is the floor under any federated round of the
+same work.
+
+The process warms up (one round, traced), prints `READY`, then runs one
+round per `GO <round>` line on stdin and answers each with a JSON line of
+the round's wall and CPU seconds, so the caller can start two shards'
+rounds at the same moment (`round_speed.run_plain`). `FLOPS` prints the
+FLOPs of one training step of one batch (TF's profiler over the traced
+graph) and `MATMUL` the FLOP/s of a tight float32 matmul loop, and exits.
 """
 
 import json
@@ -19,42 +29,115 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tff_dp.tasks import fashion_mnist  # noqa: E402
-from tff_dp.tasks import models  # noqa: E402
+from tff_dp import tasks  # noqa: E402
 
-_EXAMPLES = flags.DEFINE_integer('examples', 5000, 'Examples to train on.')
-_BATCH = flags.DEFINE_integer('batch_size', 10, 'Batch size.')
+_SHARD = flags.DEFINE_string(
+  'shard', '0/2', 'k/n: this process trains k-th of n.'
+)
 _THREADS = flags.DEFINE_integer('threads', 1, 'Intra-op threads.')
+_CLIENTS = flags.DEFINE_integer('clients', 100, 'Cohort size (all shards).')
+_LR = 0.05
+
+
+def cohort(num_clients: int) -> tuple:
+  """The task and the benchmark's cohort (`round_speed._fashion_clients`)."""
+  task = tasks.load_task('fashion_mnist_iid')
+  rng = np.random.default_rng(0)
+  ids = list(rng.choice(task.train_data.client_ids, num_clients, replace=False))
+  return task, ids
+
+
+def _trainer(model):
+  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  initial = [tf.constant(v.numpy()) for v in model.trainable_variables]
+
+  def step(x, y):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    for v, g in zip(model.trainable_variables, grads):
+      v.assign_sub(_LR * g)
+
+  @tf.function
+  def train_client(dataset):
+    for v, w in zip(model.trainable_variables, initial):
+      v.assign(w)
+    for batch in dataset:
+      step(batch['x'], batch['y'])
+    return model.trainable_variables[0][0, 0, 0, 0]
+
+  return step, train_client
+
+
+def _round_data(task, ids, round_num):
+  preprocess = tasks.client_preprocess_fn(
+    10, num_epochs=10, max_steps=10, seed=round_num
+  )
+  cd = task.train_data
+  return [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
+
+
+def step_flops(model, step, spec) -> int:
+  """FLOPs of one training step on one batch (TF profiler, traced graph)."""
+  concrete = tf.function(step).get_concrete_function(
+    tf.TensorSpec([10, *spec['x'].shape[1:]], spec['x'].dtype),
+    tf.TensorSpec([10], spec['y'].dtype),
+  )
+  del model
+  opts = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+  opts['output'] = 'none'
+  info = tf.compat.v1.profiler.profile(concrete.graph, options=opts)
+  return int(info.total_float_ops)
+
+
+def matmul_flops_per_second(seconds: float = 5.0, size: int = 512) -> float:
+  """FLOP/s of a tight float32 matmul loop on this process's threads."""
+  a = tf.random.stateless_normal([size, size], seed=[0, 1])
+
+  @tf.function
+  def chain(x, n):
+    for _ in tf.range(n):
+      x = tf.matmul(x, a) * 1e-3
+    return x
+
+  chain(a, tf.constant(2)).numpy()  # Trace.
+  n, elapsed = 16, 0.0
+  while elapsed < seconds:
+    n *= 2
+    t0 = time.perf_counter()
+    chain(a, tf.constant(n)).numpy()
+    elapsed = time.perf_counter() - t0
+  return 2 * size**3 * n / elapsed
 
 
 def main(argv):
-  del argv
   tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
   tf.config.threading.set_inter_op_parallelism_threads(1)
-  x, y, _, _ = fashion_mnist.load_arrays()
-  n = _EXAMPLES.value
-  x = x[:n, ..., None].astype(np.float32) / 255.0
-  y = y[:n].astype(np.int32)
-  model = models.create_cnn_mcmahan(seed=0)
-  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-  opt = tf.keras.optimizers.SGD(0.05)
-
-  @tf.function
-  def step(xb, yb):
-    with tf.GradientTape() as tape:
-      loss = loss_fn(yb, model(xb, training=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
-
-  ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(_BATCH.value)
-  for xb, yb in ds.take(2):  # Trace and warm up.
-    step(xb, yb)
-  start = time.perf_counter()
-  for xb, yb in ds:
-    step(xb, yb)
-  seconds = time.perf_counter() - start
-  json.dump({'seconds': seconds, 'examples': n}, sys.stdout)
+  if 'MATMUL' in argv[1:]:
+    print(json.dumps({'flops_per_second': matmul_flops_per_second()}))
+    return
+  k, n = (int(p) for p in _SHARD.value.split('/'))
+  task, ids = cohort(_CLIENTS.value)
+  mine = ids[k::n]
+  model = task.model_builder()
+  step, train_client = _trainer(model)
+  spec = next(iter(_round_data(task, mine[:1], 0)[0])).copy()
+  if 'FLOPS' in argv[1:]:
+    print(json.dumps({'step_flops': step_flops(model, step, spec)}))
+    return
+  for data in _round_data(task, mine, 0):  # Trace and warm up.
+    train_client(data)
+  print('READY', flush=True)
+  for line in sys.stdin:
+    command = line.split()
+    if not command or command[0] != 'GO':
+      break
+    data = _round_data(task, mine, int(command[1]))
+    c0, t0 = time.process_time(), time.perf_counter()
+    for d in data:
+      train_client(d).numpy()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({'seconds': wall, 'cpu_seconds': cpu}), flush=True)
 
 
 if __name__ == '__main__':

@@ -62,6 +62,22 @@ def update(
   render(md_path, title=title, columns=columns, notes=notes)
 
 
+def replace_all(
+  md_path: str,
+  rows: dict[str, dict[str, Any]],
+  *,
+  title: str,
+  columns: Sequence[str],
+  notes: str = '',
+) -> None:
+  """Writes a table of exactly `rows` (one run's), dropping earlier rows."""
+  md = pathlib.Path(md_path)
+  md.parent.mkdir(parents=True, exist_ok=True)
+  store = md.with_suffix('.json')
+  store.write_text(json.dumps(rows, indent=2, sort_keys=True) + '\n')
+  render(md_path, title=title, columns=columns, notes=notes)
+
+
 def render(
   md_path: str, *, title: str, columns: Sequence[str], notes: str = ''
 ) -> None:

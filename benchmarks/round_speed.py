@@ -97,6 +97,9 @@ _INTER = flags.DEFINE_integer(
 _OUTPUT = flags.DEFINE_string(
   'output', 'benchmarks/results/round_speed.md', 'Results markdown file.'
 )
+_CYCLES = flags.DEFINE_integer(
+  'cycles', 1, 'Times each configuration runs, alternated (mode=all).'
+)
 _CONFIGS = flags.DEFINE_list(
   'configs',
   'floor_2x1,plain_1x2,stock_default,stock_tuned,stock_threads,ours,ours_fused',
@@ -233,27 +236,79 @@ def run_ours(
   return out
 
 
-def run_plain(processes: int, threads: int) -> dict:
-  examples = 10_000 // processes
+def _start_shards(processes: int, threads: int):
   cmd = [
     sys.executable,
     '-m',
     'benchmarks.plain_tf_loop',
-    f'--examples={examples}',
-    '--batch_size=10',
     f'--threads={threads}',
+    f'--clients={NUM_CLIENTS}',
   ]
-  start = time.perf_counter()
   procs = [
-    subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    subprocess.Popen(
+      [*cmd, f'--shard={k}/{processes}'],
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      text=True,
+    )
+    for k in range(processes)
+  ]
+  for proc in procs:  # Each has loaded its clients and traced a round.
+    while proc.stdout.readline().strip() != 'READY':
+      if proc.poll() is not None:
+        raise RuntimeError('A floor shard exited before it was ready.')
+  return procs
+
+
+def run_plain(processes: int, threads: int, rounds: int) -> dict:
+  """The floor: the cohort's local training split over `processes` plain
+  TF processes (`benchmarks.plain_tf_loop`), each round started in all of
+  them at the same moment; a round lasts as long as its slowest shard."""
+  procs = _start_shards(processes, threads)
+  seconds, cpu = [], []
+  try:
+    for r in range(1, rounds + 1):
+      for proc in procs:
+        proc.stdin.write(f'GO {r}\n')
+        proc.stdin.flush()
+      outs = [json.loads(proc.stdout.readline()) for proc in procs]
+      seconds.append(max(o['seconds'] for o in outs))
+      cpu.append(sum(o['cpu_seconds'] for o in outs))
+  finally:
+    for proc in procs:
+      proc.stdin.close()
+      proc.wait(timeout=60)
+  return {
+    'seconds': seconds,
+    'cpu_seconds': cpu,
+    'peak_rss': None,
+    'first_round': None,
+  }
+
+
+def run_arith_limit(processes: int = 2) -> dict:
+  """The round's FLOPs over the FLOP/s of `processes` single-threaded
+  matmul loops side by side: the arithmetic limit under the floor."""
+  base = [sys.executable, '-m', 'benchmarks.plain_tf_loop']
+
+  def output(proc):
+    return json.loads(proc.communicate()[0].strip().splitlines()[-1])
+
+  flops = subprocess.Popen(
+    [*base, '--clients=2', 'FLOPS'], stdout=subprocess.PIPE, text=True
+  )
+  step_flops = output(flops)['step_flops']
+  loops = [
+    subprocess.Popen([*base, 'MATMUL'], stdout=subprocess.PIPE, text=True)
     for _ in range(processes)
   ]
-  outs = [json.loads(p.communicate()[0]) for p in procs]
-  wall = time.perf_counter() - start
-  # The floor is the loops' own time (both ran side by side), not startup.
+  rate = sum(output(proc)['flops_per_second'] for proc in loops)
+  # 100 clients x 10 steps of one batch of 10.
+  round_flops = step_flops * NUM_CLIENTS * 10
   return {
-    'seconds': [max(o['seconds'] for o in outs)],
-    'wall_with_startup': wall,
+    'seconds': [round_flops / rate],
+    'round_tflop': round_flops / 1e12,
+    'gflops_per_second': rate / 1e9,
     'peak_rss': None,
     'first_round': None,
   }
@@ -261,9 +316,11 @@ def run_plain(processes: int, threads: int) -> dict:
 
 def _worker(mode: str) -> dict:
   if mode == 'floor_2x1':
-    return run_plain(2, 1)
+    return run_plain(2, 1, _ROUNDS.value)
   if mode == 'plain_1x2':
-    return run_plain(1, 2)
+    return run_plain(1, 2, _ROUNDS.value)
+  if mode == 'arith_limit':
+    return run_arith_limit()
   if mode == 'stock_default':
     return run_stock(False, _ROUNDS.value)
   if mode == 'stock_tuned':
@@ -318,6 +375,73 @@ def run_readme(job_flags, rounds: int) -> dict:
   }
 
 
+def _run_config(config: str, job_flags) -> dict:
+  """One block of `config`: a fresh process, one warm-up round, then
+  --rounds timed rounds."""
+  if config == 'ours_readme':
+    if not job_flags:
+      raise app.UsageError('ours_readme needs the job flags after --.')
+    # make run's process: the timings are read from the released
+    # non-private metrics, without the update diagnostics it does not build.
+    return run_readme([*job_flags, '--noupdate_diagnostics'], _ROUNDS.value)
+  cmd = [
+    sys.executable,
+    '-m',
+    'benchmarks.round_speed',
+    f'--mode={config}',
+    f'--rounds={_ROUNDS.value}',
+    f'--method={_METHOD.value}',
+    f'--concurrency={_CONCURRENCY.value}',
+    f'--inter_op_threads={_INTER.value}',
+  ]
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
+  if done.returncode != 0 or not line:
+    raise RuntimeError(f'{config} failed:\n{done.stderr[-3000:]}')
+  return json.loads(line[-1][len('RESULT ') :])
+
+
+def _per100(result: dict) -> list[float]:
+  """Each timed round's seconds per 100 clients (Poisson cohorts vary)."""
+  clients = result.get('clients', [NUM_CLIENTS] * len(result['seconds']))
+  return [s * NUM_CLIENTS / c for s, c in zip(result['seconds'], clients) if c]
+
+
+def summarize(blocks: dict[str, list[dict]]) -> dict[str, dict]:
+  """Per configuration: the median over every timed round of every cycle
+  (seconds per 100 clients), the min and max of the cycles' medians, and
+  the cores kept busy."""
+  out = {}
+  for name, results in blocks.items():
+    rounds = [x for r in results for x in _per100(r)]
+    cycle_medians = [statistics.median(_per100(r)) for r in results]
+    cpu = sum(sum(r.get('cpu_seconds') or []) for r in results)
+    wall = sum(sum(r.get('cpu_wall_seconds', r['seconds'])) for r in results)
+    out[name] = {
+      'median': statistics.median(rounds),
+      'min': min(cycle_medians),
+      'max': max(cycle_medians),
+      'rounds': len(rounds),
+      'cores': cpu / wall if cpu else None,
+      'peak_rss': max((r.get('peak_rss') or 0) for r in results) or None,
+    }
+  return out
+
+
+def floor_violations(stats: dict[str, dict]) -> list[str]:
+  """Configurations faster than the floor by more than its cycle spread."""
+  if 'floor_2x1' not in stats:
+    return []
+  floor = stats['floor_2x1']
+  noise = (floor['max'] - floor['min']) / floor['median']
+  limit = floor['median'] * (1 - noise)
+  return [
+    f'{name}: {s["median"]:.2f} s per 100 clients < floor {limit:.2f}'
+    for name, s in stats.items()
+    if name not in ('floor_2x1', 'arith_limit') and s['median'] < limit
+  ]
+
+
 def main(argv):
   job_flags = argv[1:]
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -325,124 +449,96 @@ def main(argv):
     result = _worker(_MODE.value)
     print('RESULT ' + json.dumps(result))
     return
-
-  results = {}
+  blocks: dict[str, list[dict]] = {c: [] for c in _CONFIGS.value}
   start = time.perf_counter()
-  for config in _CONFIGS.value:
-    if config == 'ours_readme':
-      if not job_flags:
-        raise app.UsageError('ours_readme needs the job flags after --.')
-      results[config] = run_readme(job_flags, _ROUNDS.value)
-      med = statistics.median(results[config]['seconds'])
-      print(f'{config}: median {med:.2f} s', flush=True)
-      continue
-    cmd = [
-      sys.executable,
-      '-m',
-      'benchmarks.round_speed',
-      f'--mode={config}',
-      f'--rounds={_ROUNDS.value}',
-      f'--method={_METHOD.value}',
-      f'--concurrency={_CONCURRENCY.value}',
-      f'--inter_op_threads={_INTER.value}',
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
-    if done.returncode != 0 or not line:
-      raise RuntimeError(f'{config} failed:\n{done.stderr[-3000:]}')
-    results[config] = json.loads(line[-1][len('RESULT ') :])
-    med = statistics.median(results[config]['seconds'])
-    print(f'{config}: median {med:.2f} s', flush=True)
-  wall = time.perf_counter() - start
-  med = {k: statistics.median(v['seconds']) for k, v in results.items()}
-  # Mean seconds per 100 clients: the rounds' mean cost (evaluations and
-  # checkpoints included), comparable between fixed and Poisson cohorts.
-  per100 = {
-    k: statistics.mean(
-      s * NUM_CLIENTS / c
-      for s, c in zip(v['seconds'], v.get('clients', [NUM_CLIENTS] * 10**6))
-      if c > 0
+  # A B C ... A B C ...: the machine's drift falls on every configuration.
+  for cycle in range(_CYCLES.value):
+    for config in _CONFIGS.value:
+      blocks[config].append(_run_config(config, job_flags))
+      med = statistics.median(_per100(blocks[config][-1]))
+      print(f'cycle {cycle + 1} {config}: median {med:.2f} s', flush=True)
+  stats = summarize(blocks)
+  _write_table(stats, blocks, job_flags, time.perf_counter() - start)
+  print(json.dumps(stats, indent=2))
+  violations = floor_violations(stats)
+  if violations:
+    raise RuntimeError(
+      'Faster than the 2-core floor by more than its noise, so the floor '
+      'is mis-measured: ' + '; '.join(violations)
     )
-    for k, v in results.items()
-  }
+
+
+def _label(name: str) -> str:
+  if name == 'ours_readme':
+    return 'ours_readme (tff_dp.run, the job flags after --)'
+  if name.startswith(('ours', 'workers')):
+    return f'{name} ({_METHOD.value})'
+  return name
+
+
+def _write_table(stats, blocks, job_flags, wall) -> None:
   command = (
     'python -m benchmarks.round_speed '
-    f'--rounds={_ROUNDS.value} --method={_METHOD.value} '
+    f'--rounds={_ROUNDS.value} --cycles={_CYCLES.value} '
+    f'--method={_METHOD.value} '
     f'--configs={",".join(_CONFIGS.value)} --output={_OUTPUT.value}'
   )
   if job_flags:
     command += ' -- ' + ' '.join(job_flags)
-  for name, r in results.items():
-    label = name
-    if name == 'ours_readme':
-      label = 'ours_readme (tff_dp.run, the job flags after --)'
-    elif name.startswith(('ours', 'workers')):
-      label = f'{name} ({_METHOD.value})'
-    row = {
-      'configuration': label,
-      'median s/round': round(med[name], 2),
-      'mean s/round': round(statistics.mean(r['seconds']), 2),
-      'mean s per 100 clients': round(per100[name], 2),
-      # CPU seconds (Python + worker) over wall seconds: cores kept busy.
-      'cores busy': (
-        round(
-          sum(r['cpu_seconds']) / sum(r.get('cpu_wall_seconds', r['seconds'])),
-          2,
-        )
-        if r.get('cpu_seconds')
-        else ''
-      ),
-      'rounds timed': len(r['seconds']),
-      'first round s': (
-        round(r['first_round'], 1) if r.get('first_round') else ''
-      ),
-      'peak RSS GiB': (
-        round(r['peak_rss'] / 2**30, 2) if r.get('peak_rss') else ''
-      ),
-      'x floor': (
-        round(per100[name] / per100['floor_2x1'], 2)
-        if 'floor_2x1' in per100
-        else ''
-      ),
-      'stock_tuned / this': (
-        round(per100['stock_tuned'] / per100[name], 2)
-        if 'stock_tuned' in per100
-        else ''
-      ),
+
+  def ratio(a, b):
+    return (
+      round(stats[a]['median'] / stats[b]['median'], 2)
+      if (a in stats and b in stats)
+      else ''
+    )
+
+  rows = {}
+  for name, s in stats.items():
+    rows[name] = {
+      'configuration': _label(name),
+      'median s per 100 clients': round(s['median'], 2),
+      'cycle medians min-max': f'{s["min"]:.2f}-{s["max"]:.2f}',
+      'rounds timed': s['rounds'],
+      'cores busy': round(s['cores'], 2) if s['cores'] else '',
+      'peak RSS GiB': round(s['peak_rss'] / 2**30, 2) if s['peak_rss'] else '',
+      'x floor': ratio(name, 'floor_2x1'),
+      'stock_tuned / this': ratio('stock_tuned', name),
       'seed': 0,
       'date': results_table.today(),
       'bench wall s': round(wall, 1),
       'command': command,
     }
-    key = (
-      name
-      if not name.startswith(('ours', 'workers')) or name == 'ours_readme'
-      else (f'{name}_{_METHOD.value}')
+  if 'arith_limit' in blocks:
+    a = blocks['arith_limit'][0]
+    rows['arith_limit']['configuration'] = (
+      f'arith_limit ({a["round_tflop"]:.2f} TFLOP a round at '
+      f'{a["gflops_per_second"]:.0f} GFLOP/s of 2 matmul loops)'
     )
-    results_table.update(
-      _OUTPUT.value,
-      key,
-      row,
-      title='Seconds per federated round',
-      columns=list(row),
-      notes=(
-        'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
-        'params; 100 clients x 10 local steps x batch 10 = 10,000 '
-        'examples; DP-FedAvg noise 1.185, clip 1). The rounds timed come '
-        'after one warm-up round; every configuration in its own '
-        'process, one after the other, in the same benchmark run. '
-        '`ours_readme` is `python -m tff_dp.run` with the job flags after '
-        '`--` (Poisson cohorts, so its rounds are normalised per 100 '
-        'clients; its mean includes evaluations and checkpoints). '
-        '`x floor` and `stock_tuned / this` are ratios of `mean s per 100 '
-        'clients`: over two single-threaded plain TF loops of 5,000 '
-        'examples side by side, and the speed-up over stock TFF with '
-        'DATASET_ITERATOR and 2 concurrent calls. Peak RSS: the Python '
-        'process and its worker_binary during the timed rounds. '
-        f'Machine: {results_table.machine()}.'
-      ),
-    )
-  print(json.dumps(med, indent=2))
+  results_table.replace_all(
+    _OUTPUT.value,
+    rows,
+    title='Seconds per federated round',
+    columns=list(next(iter(rows.values()))),
+    notes=(
+      'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
+      'params; 100 clients x 10 local steps x batch 10 = 10,000 '
+      'examples; DP-FedAvg noise 1.185, clip 1). Every configuration runs '
+      f'in its own fresh process, {_CYCLES.value} times, alternated (A B C '
+      "... A B C ...) so the machine's drift falls on all of them; each "
+      f'block is one warm-up round and {_ROUNDS.value} timed rounds. The '
+      'median is over every timed round of every cycle; min-max is the '
+      "spread of the cycles' medians. Seconds are normalised per 100 "
+      'clients (`ours_readme` has Poisson cohorts; its rounds include its '
+      "evaluations and checkpoints). `floor_2x1` is the same cohort's "
+      'local training (the same clients, datasets, model and steps) in two '
+      'single-threaded plain TF processes side by side, each round started '
+      "in both at once; `arith_limit` is the round's FLOPs (TF profiler) "
+      'over the FLOP/s of two single-threaded matmul loops side by side. '
+      '`x floor` and `stock_tuned / this` are ratios of the medians. '
+      f'Machine: {results_table.machine()}.'
+    ),
+  )
 
 
 if __name__ == '__main__':

@@ -451,3 +451,36 @@ def test_dpsfl_ac_warns_when_bit_noise_dominates(caplog):
       3, 100, 5, noise_multiplier=1.185, clients_per_round=100, initial_clip=1.0
     )
   assert not [r for r in caplog.records if 'DPSFL-AC' in r.getMessage()]
+
+
+@pytest.mark.parametrize('count', [1, 7, 1000])
+def test_cached_pld_accountant_gives_dp_accountings_epsilon_to_the_bit(count):
+  sampled = dp_accounting.PoissonSampledDpEvent(
+    0.0166667, dp_accounting.GaussianDpEvent(1.1)
+  )
+  other = dp_accounting.PoissonSampledDpEvent(
+    0.05, dp_accounting.GaussianDpEvent(0.8)
+  )
+  for event in (
+    dp_accounting.SelfComposedDpEvent(sampled, count),
+    dp_accounting.ComposedDpEvent(
+      [dp_accounting.SelfComposedDpEvent(sampled, count), other]
+    ),
+  ):
+    want = pld.PLDAccountant().compose(event).get_epsilon(1e-5)
+    # Twice: the second time from the cached base distribution.
+    for _ in range(2):
+      got = privacy.PldAccountant().compose(event).get_epsilon(1e-5)
+      assert got == want
+  # Events it does not cache (no sampling, zero noise) go through
+  # dp_accounting's own path.
+  plain = dp_accounting.SelfComposedDpEvent(
+    dp_accounting.GaussianDpEvent(2.0), 3
+  )
+  assert privacy.PldAccountant().compose(plain).get_epsilon(1e-5) == (
+    pld.PLDAccountant().compose(plain).get_epsilon(1e-5)
+  )
+  zero = dp_accounting.PoissonSampledDpEvent(
+    0.1, dp_accounting.GaussianDpEvent(0.0)
+  )
+  assert privacy.PldAccountant().compose(zero).get_epsilon(1e-5) == math.inf
