@@ -38,6 +38,7 @@ that seed is kept secret (the summary says so).
 """
 
 import dataclasses
+import functools
 import json
 import time
 from typing import Any, Callable, Optional
@@ -343,8 +344,62 @@ class _Cohorts:
     self._pool.shutdown(wait=True)
 
 
+@dataclasses.dataclass
+class _Finished:
+  """What a round hands to its finishing step (`_finish_round`): its
+  output, and what the main thread read before the next round started."""
+
+  round_num: int
+  output: Any
+  row: dict
+  totals: dict
+  rng_state_after_round: Any
+  # The ledger's composed event and JSON after this round (private runs).
+  event: Optional[Any]
+  ledger_json: Optional[str]
+  # The model weights, fetched from TFF on evaluation rounds.
+  weights: Optional[Any]
+
+
+class _Finisher:
+  """Finishes each round (epsilon, evaluation, files, checkpoint) on one
+  background thread while the next round trains, one round deep.
+
+  The TFF calls (the round, the model weights) stay on the main thread;
+  what the finishing step reads is handed to it, so the numbers and files
+  are those of finishing each round before the next. `round_callback(t)`
+  runs once round t is finished (its row and checkpoint written).
+  """
+
+  def __init__(self, round_callback):
+    self._pool = concurrent.futures.ThreadPoolExecutor(1)
+    self._pending = None
+    self._callback = round_callback
+
+  def submit(self, fn, round_num: int) -> None:
+    self.wait()
+    self._pending = (self._pool.submit(fn), round_num)
+
+  def wait(self) -> None:
+    """Blocks until the round in flight is finished (re-raising its error)."""
+    if self._pending is None:
+      return
+    future, round_num = self._pending
+    self._pending = None
+    future.result()
+    if self._callback is not None:
+      self._callback(round_num)
+
+  def close(self) -> None:
+    try:
+      self.wait()
+    finally:
+      self._pool.shutdown(wait=True)
+
+
 def _train(config, prepared, progress, output_dir, round_callback) -> dict:
   """Runs the rounds from `progress.start_round`; returns the byte totals."""
+  del output_dir
   rows = progress.rows
   # Non-private (the realised cohorts): checkpointed only when released.
   totals = {'down': 0, 'up': 0}
@@ -359,44 +414,86 @@ def _train(config, prepared, progress, output_dir, round_callback) -> dict:
   )
   evaluator = (keras_model, test_batches(prepared.task))
   cohorts = _Cohorts(config, prepared, progress.rng)
+  finisher = _Finisher(round_callback)
   upcoming = cohorts.draw() if progress.start_round <= config.rounds else None
-  for round_num in range(progress.start_round, config.rounds + 1):
-    t0 = time.perf_counter()
-    _, ids, data_future, num_empty = upcoming
-    data = data_future.result()
-    data_wait = time.perf_counter() - t0
-    upcoming = cohorts.draw() if round_num < config.rounds else None
-    rng_state_after_round = (
-      upcoming[0] if upcoming else progress.rng.bit_generator.state
-    )
-    t_train = time.perf_counter()
-    output = _next_round(config, prepared, progress, round_num, data)
-    train_seconds = time.perf_counter() - t_train
-    progress.state = output.state
-    totals['down'] += prepared.cost.down * len(ids)
-    totals['up'] += prepared.cost.up * len(ids)
-    row = {
-      'round': round_num,
-      'sampled_clients': len(ids),
-      'empty_clients_skipped': num_empty,
-    }
-    hists = _round_results(
-      config, prepared, progress, output, evaluator, totals, row
-    )
-    # Where the round's time went: waiting for the prefetched datasets, the
-    # TFF round (process.next), evaluation (eval_seconds, when it ran).
-    row['data_wait_seconds'] = data_wait
-    row['train_seconds'] = train_seconds
-    row['round_seconds'] = time.perf_counter() - t0
-    rows.append(row)
-    _write_round(config, progress, round_num, rng_state_after_round, hists)
-    # Freed native buffers back to the OS (processes.release_free_memory;
-    # README "Memory over long runs" says what it did and did not fix).
-    processes.release_free_memory()
-    if round_callback is not None:
-      round_callback(round_num)
-  cohorts.close()
+  try:
+    for round_num in range(progress.start_round, config.rounds + 1):
+      t0 = time.perf_counter()
+      _, ids, data_future, num_empty = upcoming
+      data = data_future.result()
+      data_wait = time.perf_counter() - t0
+      upcoming = cohorts.draw() if round_num < config.rounds else None
+      rng_state = upcoming[0] if upcoming else progress.rng.bit_generator.state
+      t_train = time.perf_counter()
+      output = _next_round(config, prepared, progress, round_num, data)
+      train_seconds = time.perf_counter() - t_train
+      progress.state = output.state
+      totals['down'] += prepared.cost.down * len(ids)
+      totals['up'] += prepared.cost.up * len(ids)
+      row = {
+        'round': round_num,
+        'sampled_clients': len(ids),
+        'empty_clients_skipped': num_empty,
+      }
+      job = _hand_off(config, prepared, progress, output, row, totals)
+      job.rng_state_after_round = rng_state
+      # Where the round's time went: waiting for the prefetched datasets,
+      # the TFF round (process.next), the main thread in all (evaluation
+      # runs beside the next round: eval_seconds).
+      timings = {
+        'data_wait_seconds': data_wait,
+        'train_seconds': train_seconds,
+        'round_seconds': time.perf_counter() - t0,
+      }
+      finisher.submit(
+        functools.partial(
+          _finish_round, config, prepared, progress, job, evaluator, timings
+        ),
+        round_num,
+      )
+  finally:
+    finisher.close()
+    cohorts.close()
   return totals
+
+
+def _hand_off(config, prepared, progress, output, row, totals) -> _Finished:
+  """The main thread's part of a round's results: the DP event recorded in
+  the ledger, and the model weights on evaluation rounds."""
+  round_num = row['round']
+  event = ledger_json = weights = None
+  if prepared.method.private:
+    progress.ledger.record(
+      dp_events.released_event(
+        prepared.aggregator,
+        output.state.aggregator,
+        output.metrics['aggregator'],
+      )
+    )
+    event = progress.ledger.composed_event()
+    if _checkpoint_due(config, round_num) and progress.manager is not None:
+      ledger_json = progress.ledger.to_json()
+  if round_num % config.eval_every == 0 or round_num == config.rounds:
+    weights = prepared.process.get_model_weights(output.state)
+  return _Finished(
+    round_num, output, row, dict(totals), None, event, ledger_json, weights
+  )
+
+
+def _checkpoint_due(config, round_num: int) -> bool:
+  return round_num % config.checkpoint_every == 0 or round_num == config.rounds
+
+
+def _finish_round(config, prepared, progress, job, evaluator, timings):
+  """A round's results in its row, the row and histograms written, and the
+  checkpoint when due (on the finishing thread)."""
+  hists = _round_results(config, prepared, progress, job, evaluator)
+  job.row.update(timings)
+  progress.rows.append(job.row)
+  _write_round(config, progress, job, hists)
+  # Freed native buffers back to the OS (processes.release_free_memory;
+  # README "Memory over long runs" says what it did and did not fix).
+  processes.release_free_memory()
 
 
 def _next_round(config, prepared, progress, round_num, data):
@@ -423,10 +520,11 @@ def _next_round(config, prepared, progress, round_num, data):
     ) from e
 
 
-def _round_results(config, prepared, progress, output, evaluator, totals, row):
-  """Adds the round's results to `row` (in the columns' order); returns the
-  diagnostics' histograms. Records the round's DP event in the ledger."""
-  round_num, cost, method = row['round'], prepared.cost, prepared.method
+def _round_results(config, prepared, progress, job, evaluator):
+  """Adds the round's results to its row (in the columns' order); returns
+  the diagnostics' histograms."""
+  round_num, cost, method = job.round_num, prepared.cost, prepared.method
+  output, row, totals = job.output, job.row, job.totals
   metrics: dict = {}
   outputs.flatten('', output.metrics, metrics)
   row.update(
@@ -440,16 +538,14 @@ def _round_results(config, prepared, progress, output, evaluator, totals, row):
   )
   if config.client_lr_decay != 1.0:
     row['client_lr'] = client_lr_at(config, round_num)
-  aggregator_metrics = output.metrics['aggregator']
   if method.private:
-    progress.ledger.record(
-      dp_events.released_event(
-        prepared.aggregator, output.state.aggregator, aggregator_metrics
-      )
+    # The ledger's epsilon after this round (`PrivacyLedger.epsilon`).
+    ledger = progress.ledger
+    row['epsilon_rdp'], row['epsilon_pld'] = privacy.epsilon_of(
+      job.event, ledger.sampling, ledger.delta
     )
-    row['epsilon_rdp'], row['epsilon_pld'] = progress.ledger.epsilon()
     row['noise_multiplier'] = prepared.params.noise_multiplier
-  released = dp_events.released_values(aggregator_metrics)
+  released = dp_events.released_values(output.metrics['aggregator'])
   if released.clip is not None or method.private:
     row['clip'] = (
       released.clip if released.clip is not None else prepared.params.clip
@@ -457,15 +553,9 @@ def _round_results(config, prepared, progress, output, evaluator, totals, row):
   # DP (charged to the round's event): --fraction_clipped_stddev.
   if released.dp_fraction_clipped is not None:
     row['dp_fraction_clipped'] = released.dp_fraction_clipped
-  if round_num % config.eval_every == 0 or round_num == config.rounds:
+  if job.weights is not None:
     t_eval = time.perf_counter()
-    row.update(
-      evaluate(
-        prepared.task,
-        prepared.process.get_model_weights(output.state),
-        *evaluator,
-      )
-    )
+    row.update(evaluate(prepared.task, job.weights, *evaluator))
     row['eval_seconds'] = time.perf_counter() - t_eval
   extra = output.metrics.get('client_work', {}).get('extra', {})
   vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
@@ -476,27 +566,22 @@ def _round_results(config, prepared, progress, output, evaluator, totals, row):
   return diagnostics.histograms(vectors)
 
 
-def _write_round(config, progress, round_num, rng_state_after_round, hists):
+def _write_round(config, progress, job, hists=None):
   """The round's row and histograms written; a checkpoint when due."""
   files, rows = progress.files, progress.rows
   logging.info(
     '%s', outputs.progress_line(files.shown(rows[-1]), config.rounds)
   )
   files.write_round(rows, hists)
-  if progress.manager is None or not (
-    round_num % config.checkpoint_every == 0 or round_num == config.rounds
-  ):
+  if progress.manager is None or not _checkpoint_due(config, job.round_num):
     return
   runner = files.runner_state(
-    round_num,
-    rng_state_after_round,
-    progress.ledger.to_json() if progress.ledger else None,
-    rows,
+    job.round_num, job.rng_state_after_round, job.ledger_json, rows
   )
-  seconds = outputs.save_checkpoint(progress.manager, progress.state, runner)
+  seconds = outputs.save_checkpoint(progress.manager, job.output.state, runner)
   logging.info(
     'Checkpoint of round %d written%s',
-    round_num,
+    job.round_num,
     f' in {seconds:.1f} s' if files.release else '',
   )
 
