@@ -54,7 +54,8 @@ Reported, per 100 clients: the median over every timed round of every
 cycle, each cycle's median, the ratios of the medians to the floor and to
 stock_tuned, and the peak RSS of the process and its worker_binary during
 the rounds. The run fails when a configuration beats the floor by more
-than `FLOOR_TOLERANCE` in every cycle (the floor is then mis-measured).
+than `speed_stats.FLOOR_TOLERANCE` in every cycle (the floor is then
+mis-measured).
 """
 
 import json
@@ -74,6 +75,7 @@ import numpy as np  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
 from benchmarks import job_watch  # noqa: E402
+from benchmarks import speed_stats  # noqa: E402
 from benchmarks import results_table  # noqa: E402
 from benchmarks import rss  # noqa: E402
 from tff_dp import contexts  # noqa: E402
@@ -407,60 +409,6 @@ def _run_config(config: str, job_flags) -> dict:
   return json.loads(line[-1][len('RESULT ') :])
 
 
-def _per100(result: dict) -> list[float]:
-  """Each timed round's seconds per 100 clients (Poisson cohorts vary)."""
-  clients = result.get('clients', [NUM_CLIENTS] * len(result['seconds']))
-  return [s * NUM_CLIENTS / c for s, c in zip(result['seconds'], clients) if c]
-
-
-def summarize(blocks: dict[str, list[dict]]) -> dict[str, dict]:
-  """Per configuration: the median over every timed round of every cycle
-  (seconds per 100 clients), the min and max of the cycles' medians, and
-  the cores kept busy."""
-  out = {}
-  for name, results in blocks.items():
-    rounds = [x for r in results for x in _per100(r)]
-    cycle_medians = [statistics.median(_per100(r)) for r in results]
-    cpu = sum(sum(r.get('cpu_seconds') or []) for r in results)
-    wall = sum(sum(r.get('cpu_wall_seconds', r['seconds'])) for r in results)
-    out[name] = {
-      'median': statistics.median(rounds),
-      'min': min(cycle_medians),
-      'max': max(cycle_medians),
-      'cycle_medians': cycle_medians,
-      'rounds': len(rounds),
-      'cores': cpu / wall if cpu else None,
-      'peak_rss': max((r.get('peak_rss') or 0) for r in results) or None,
-    }
-  return out
-
-
-# How much faster than the floor, in its own cycle, a configuration may
-# be before the floor is called mis-measured (the noise between blocks
-# minutes apart, measured within a cycle).
-FLOOR_TOLERANCE = 0.10
-
-
-def floor_violations(stats: dict[str, dict]) -> list[str]:
-  """Configurations faster than the floor in every cycle, each against
-  the floor of its own cycle (so the machine's drift cancels), by more
-  than `FLOOR_TOLERANCE`."""
-  if 'floor_2x1' not in stats:
-    return []
-  floor = stats['floor_2x1']['cycle_medians']
-  out = []
-  for name, s in stats.items():
-    if name in ('floor_2x1', 'arith_limit'):
-      continue
-    ratios = [c / f for c, f in zip(s['cycle_medians'], floor)]
-    if ratios and max(ratios) < 1 - FLOOR_TOLERANCE:
-      out.append(
-        f'{name}: {", ".join(f"{r:.2f}" for r in ratios)} of the floor '
-        'in its cycles'
-      )
-  return out
-
-
 def main(argv):
   job_flags = argv[1:]
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -474,12 +422,12 @@ def main(argv):
   for cycle in range(_CYCLES.value):
     for config in _CONFIGS.value:
       blocks[config].append(_run_config(config, job_flags))
-      med = statistics.median(_per100(blocks[config][-1]))
+      med = statistics.median(speed_stats.per100(blocks[config][-1]))
       print(f'cycle {cycle + 1} {config}: median {med:.2f} s', flush=True)
-  stats = summarize(blocks)
+  stats = speed_stats.summarize(blocks)
   _write_table(stats, blocks, job_flags, time.perf_counter() - start)
   print(json.dumps(stats, indent=2))
-  violations = floor_violations(stats)
+  violations = speed_stats.floor_violations(stats)
   if violations:
     raise RuntimeError(
       'Faster than the 2-core floor in every cycle, so the floor is '

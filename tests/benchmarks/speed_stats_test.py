@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import round_speed
+from benchmarks import speed_stats
 
 
 def _block(seconds, clients=None):
@@ -13,7 +13,7 @@ def _block(seconds, clients=None):
 
 
 def test_summarize_pools_cycles_and_normalises_per_100_clients():
-  stats = round_speed.summarize(
+  stats = speed_stats.summarize(
     {
       'floor_2x1': [_block([10.0, 12.0]), _block([11.0, 13.0])],
       # 50 clients in 6 s is 12 s per 100 clients.
@@ -45,6 +45,6 @@ def test_floor_violation_pairs_each_cycle_with_its_own_floor():
     # Faster than its cycle's floor by more than 10% in every cycle.
     'ours': {'cycle_medians': [6.0, 6.0, 4.5]},
   }
-  (message,) = round_speed.floor_violations(stats)
+  (message,) = speed_stats.floor_violations(stats)
   assert message == 'ours: 0.50, 0.75, 0.75 of the floor in its cycles'
-  assert round_speed.floor_violations({'ours': {'cycle_medians': [1.0]}}) == []
+  assert speed_stats.floor_violations({'ours': {'cycle_medians': [1.0]}}) == []
