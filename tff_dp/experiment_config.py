@@ -179,16 +179,6 @@ def noise_seed_status(noise_seed: Optional[int]) -> str:
   )
 
 
-def check_int(name, value, minimum):
-  """Raises ValueError unless `value` is an integer >= `minimum`."""
-  methods_lib.options.integer(minimum)(name, value)
-
-
-def check_float(name, value, *, positive):
-  """Raises ValueError unless `value` is finite and > 0 (or >= 0)."""
-  methods_lib.options.number(positive=positive)(name, value)
-
-
 def check_output_dir(path: Optional[str]) -> Optional[pathlib.Path]:
   """Creates `path` and proves it writable, or raises ValueError."""
   if not path:

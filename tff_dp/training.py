@@ -201,7 +201,7 @@ def run_experiment(
   prepared = prepare(config)
   progress = _restore(config, prepared, output_dir)
   start = time.perf_counter()
-  totals = _train(config, prepared, progress, output_dir, round_callback)
+  totals = _train(config, prepared, progress, round_callback)
   if rows_out is not None:
     rows_out.extend(progress.rows)
   summary = _summary(config, prepared, progress, seed_clash, totals)
@@ -397,9 +397,8 @@ class _Finisher:
       self._pool.shutdown(wait=True)
 
 
-def _train(config, prepared, progress, output_dir, round_callback) -> dict:
+def _train(config, prepared, progress, round_callback) -> dict:
   """Runs the rounds from `progress.start_round`; returns the byte totals."""
-  del output_dir
   rows = progress.rows
   # Non-private (the realised cohorts): checkpointed only when released.
   totals = {'down': 0, 'up': 0}
@@ -648,9 +647,8 @@ def clip_from_fedavg(
   Raises:
     ValueError: If rounds < 1 or fraction is not in (0, 1].
   """
-  experiment_config.check_int('rounds', rounds, 1)
-  if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
-    raise ValueError(f'fraction must be in (0, 1]. Found {fraction!r}.')
+  options_lib.integer(1)('rounds', rounds)
+  options_lib.interval(0, 1, '(]')('fraction', fraction)
   probe = config.replace(
     method='fedavg',
     rounds=rounds,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import dp_accounting
+from dp_accounting import pld
 from dp_accounting import rdp
 import numpy as np
 import pytest
@@ -132,6 +133,16 @@ def test_dp_fedavg_end_to_end_and_ledger(reference):
   assert summary['epsilon_rdp'] == pytest.approx(want, rel=1e-9)
   eps = [float(r['epsilon_rdp']) for r in rows]
   assert eps == sorted(eps) and eps[0] > 0
+  # Every round's row, RDP and PLD, from dp_accounting directly: rows are
+  # finished on a background thread, their PLD from a reused distribution.
+  for r in rows:
+    n = int(r['round'])
+    assert float(r['epsilon_rdp']) == pytest.approx(
+      rdp.RdpAccountant().compose(event, n).get_epsilon(1e-3), rel=1e-9
+    )
+    assert float(r['epsilon_pld']) == pytest.approx(
+      pld.PLDAccountant().compose(event, n).get_epsilon(1e-3), rel=1e-9
+    )
   # 1,281 float32 parameters down and up per participating client.
   assert int(rows[0]['bytes_up_per_client']) == 4 * 1281
   total = sum(int(r['sampled_clients']) for r in rows) * 4 * 1281
