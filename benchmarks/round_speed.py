@@ -9,9 +9,10 @@ falls on all of them:
   arith_limit   the round's FLOPs (TF's profiler) over the FLOP/s of two
                 single-threaded matmul loops side by side;
   floor_2x1     the same cohort's local training (the same clients,
-                datasets, model and steps) in two single-threaded plain TF
-                processes (`benchmarks.plain_tf_loop`), each round started
-                in both at once;
+                datasets, model and steps) as a plain TF loop in two
+                processes side by side, each on its own single-threaded
+                TFF worker_binary (`benchmarks.plain_tf_loop`), each round
+                started in both at once;
   plain_1x2     the same in one plain TF process on 2 threads;
   stock_default tff.learning.algorithms.build_unweighted_fed_avg +
                 DifferentiallyPrivateFactory.gaussian_fixed, TFF defaults;

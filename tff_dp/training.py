@@ -357,24 +357,29 @@ class _Finished:
   # The ledger's composed event and JSON after this round (private runs).
   event: Optional[Any]
   ledger_json: Optional[str]
-  # The model weights, fetched from TFF on evaluation rounds.
-  weights: Optional[Any]
+  # The test metrics and their seconds, on evaluation rounds.
+  evaluation: Optional[dict]
 
 
-# Finish rounds on the background thread. Off: a fresh-clone CI run saw
-# one `python -m tff_dp.run` segfault (exit -11) with it on, not reproduced
-# and not explained; rounds finish in order on the main thread until it is.
-BACKGROUND_FINISH = False
+# Finish rounds (epsilon, diagnostics, metrics files) on one background
+# thread while the next round trains. What runs there is Python and NumPy
+# only (dp_accounting, csv and json): evaluation and checkpoints, which
+# run TF, stay on the main thread. With Keras' evaluation and TFF's
+# checkpoint on the finishing thread, a fresh-clone CI run saw one
+# `python -m tff_dp.run` segfault (exit -11).
+BACKGROUND_FINISH = True
 
 
 class _Finisher:
-  """Finishes each round (epsilon, evaluation, files, checkpoint) on one
-  background thread while the next round trains, one round deep.
+  """Finishes each round (epsilon, files) on one background thread while
+  the next round trains, one round deep; the main thread's part (the
+  checkpoint) runs once the round's row is written.
 
-  The TFF calls (the round, the model weights) stay on the main thread;
-  what the finishing step reads is handed to it, so the numbers and files
-  are those of finishing each round before the next. `round_callback(t)`
-  runs once round t is finished (its row and checkpoint written).
+  The TF and TFF calls (the round, evaluation, the checkpoint) stay on the
+  main thread; what the finishing step reads is handed to it, so the
+  numbers and files are those of finishing each round before the next.
+  `round_callback(t)` runs once round t is finished (its row and
+  checkpoint written).
   """
 
   def __init__(self, round_callback):
@@ -382,22 +387,29 @@ class _Finisher:
     self._pending = None
     self._callback = round_callback
 
-  def submit(self, fn, round_num: int) -> None:
+  def submit(self, fn, round_num: int, then=None) -> None:
+    """Runs `fn` (in the background) and then `then` (on this thread)."""
     self.wait()
-    if not BACKGROUND_FINISH:
-      fn()
-      if self._callback is not None:
-        self._callback(round_num)
+    if BACKGROUND_FINISH:
+      self._pending = (self._pool.submit(fn), round_num, then)
       return
-    self._pending = (self._pool.submit(fn), round_num)
+    fn()
+    self._pending = (None, round_num, then)
+    self.wait()
 
   def wait(self) -> None:
     """Blocks until the round in flight is finished (re-raising its error)."""
     if self._pending is None:
       return
-    future, round_num = self._pending
+    future, round_num, then = self._pending
     self._pending = None
-    future.result()
+    if future is not None:
+      future.result()
+    if then is not None:
+      then()
+    # Freed native buffers back to the OS (processes.release_free_memory;
+    # README "Memory over long runs" says what it did and did not fix).
+    processes.release_free_memory()
     if self._callback is not None:
       self._callback(round_num)
 
@@ -447,9 +459,12 @@ def _train(config, prepared, progress, round_callback) -> dict:
       }
       job = _hand_off(config, prepared, progress, output, row, totals)
       job.rng_state_after_round = rng_state
+      job.evaluation = _evaluation(
+        config, prepared, round_num, output, evaluator
+      )
       # Where the round's time went: waiting for the prefetched datasets,
       # the TFF round (process.next), the main thread in all (evaluation
-      # runs beside the next round: eval_seconds).
+      # included: eval_seconds).
       timings = {
         'data_wait_seconds': data_wait,
         'train_seconds': train_seconds,
@@ -457,10 +472,13 @@ def _train(config, prepared, progress, round_callback) -> dict:
       }
       finisher.submit(
         functools.partial(
-          _finish_round, config, prepared, progress, job, evaluator, timings
+          _finish_round, config, prepared, progress, job, timings
         ),
         round_num,
+        then=functools.partial(_save_checkpoint, config, progress, job),
       )
+      if _checkpoint_due(config, round_num):
+        finisher.wait()  # The checkpoint holds this round's row.
   finally:
     finisher.close()
     cohorts.close()
@@ -469,9 +487,9 @@ def _train(config, prepared, progress, round_callback) -> dict:
 
 def _hand_off(config, prepared, progress, output, row, totals) -> _Finished:
   """The main thread's part of a round's results: the DP event recorded in
-  the ledger, and the model weights on evaluation rounds."""
+  the ledger (and its JSON when a checkpoint is due)."""
   round_num = row['round']
-  event = ledger_json = weights = None
+  event = ledger_json = None
   if prepared.method.private:
     progress.ledger.record(
       dp_events.released_event(
@@ -483,27 +501,34 @@ def _hand_off(config, prepared, progress, output, row, totals) -> _Finished:
     event = progress.ledger.composed_event()
     if _checkpoint_due(config, round_num) and progress.manager is not None:
       ledger_json = progress.ledger.to_json()
-  if round_num % config.eval_every == 0 or round_num == config.rounds:
-    weights = prepared.process.get_model_weights(output.state)
   return _Finished(
-    round_num, output, row, dict(totals), None, event, ledger_json, weights
+    round_num, output, row, dict(totals), None, event, ledger_json, None
   )
+
+
+def _evaluation(config, prepared, round_num, output, evaluator):
+  """The test metrics and their seconds on evaluation rounds, else None
+  (on the main thread: Keras and TFF calls)."""
+  if round_num % config.eval_every and round_num != config.rounds:
+    return None
+  t_eval = time.perf_counter()
+  weights = prepared.process.get_model_weights(output.state)
+  results = evaluate(prepared.task, weights, *evaluator)
+  results['eval_seconds'] = time.perf_counter() - t_eval
+  return results
 
 
 def _checkpoint_due(config, round_num: int) -> bool:
   return round_num % config.checkpoint_every == 0 or round_num == config.rounds
 
 
-def _finish_round(config, prepared, progress, job, evaluator, timings):
-  """A round's results in its row, the row and histograms written, and the
-  checkpoint when due (on the finishing thread)."""
-  hists = _round_results(config, prepared, progress, job, evaluator)
+def _finish_round(config, prepared, progress, job, timings):
+  """A round's results in its row, the row and histograms written (on the
+  finishing thread)."""
+  hists = _round_results(config, prepared, progress, job)
   job.row.update(timings)
   progress.rows.append(job.row)
-  _write_round(config, progress, job, hists)
-  # Freed native buffers back to the OS (processes.release_free_memory;
-  # README "Memory over long runs" says what it did and did not fix).
-  processes.release_free_memory()
+  _write_round(config, progress, hists)
 
 
 def _next_round(config, prepared, progress, round_num, data):
@@ -530,7 +555,7 @@ def _next_round(config, prepared, progress, round_num, data):
     ) from e
 
 
-def _round_results(config, prepared, progress, job, evaluator):
+def _round_results(config, prepared, progress, job):
   """Adds the round's results to its row (in the columns' order); returns
   the diagnostics' histograms."""
   round_num, cost, method = job.round_num, prepared.cost, prepared.method
@@ -563,10 +588,8 @@ def _round_results(config, prepared, progress, job, evaluator):
   # DP (charged to the round's event): --fraction_clipped_stddev.
   if released.dp_fraction_clipped is not None:
     row['dp_fraction_clipped'] = released.dp_fraction_clipped
-  if job.weights is not None:
-    t_eval = time.perf_counter()
-    row.update(evaluate(prepared.task, job.weights, *evaluator))
-    row['eval_seconds'] = time.perf_counter() - t_eval
+  if job.evaluation is not None:
+    row.update(job.evaluation)
   extra = output.metrics.get('client_work', {}).get('extra', {})
   vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
   row.update(diagnostics.summarize({**metrics, **vectors}))
@@ -576,17 +599,23 @@ def _round_results(config, prepared, progress, job, evaluator):
   return diagnostics.histograms(vectors)
 
 
-def _write_round(config, progress, job, hists=None):
-  """The round's row and histograms written; a checkpoint when due."""
+def _write_round(config, progress, hists=None):
+  """The round's row and histograms written."""
   files, rows = progress.files, progress.rows
   logging.info(
     '%s', outputs.progress_line(files.shown(rows[-1]), config.rounds)
   )
   files.write_round(rows, hists)
+
+
+def _save_checkpoint(config, progress, job) -> None:
+  """The checkpoint of `job`'s round when due (on the main thread, after
+  the round's row is written)."""
   if progress.manager is None or not _checkpoint_due(config, job.round_num):
     return
+  files = progress.files
   runner = files.runner_state(
-    job.round_num, job.rng_state_after_round, job.ledger_json, rows
+    job.round_num, job.rng_state_after_round, job.ledger_json, progress.rows
   )
   seconds = outputs.save_checkpoint(progress.manager, job.output.state, runner)
   logging.info(
