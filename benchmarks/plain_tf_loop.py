@@ -140,9 +140,10 @@ def matmul_flops_per_second(seconds: float = 5.0, size: int = 512) -> float:
   return 2 * size**3 * n / elapsed
 
 
-def _worker_trainer(task, initial, element_spec):
-  """`train_client(dataset)` as a TFF computation run by a single-threaded
-  `worker_binary`: the same loop as `_trainer`, one graph a client."""
+def _worker_round(task, initial, element_spec):
+  """`run_round(datasets)`: the same loop as `_trainer`, one TF graph a
+  client, mapped over the shard's clients by a TFF computation on this
+  process's worker (one scalar of each client's model summed back)."""
   builder = task_lib.zero_initialized_builder(task.model_builder)
   element_type = collections.OrderedDict(
     (k, tff.TensorType(v.dtype.as_numpy_dtype, v.shape))
@@ -169,7 +170,13 @@ def _worker_trainer(task, initial, element_spec):
 
     return train(dataset)
 
-  return train_client
+  @tff.federated_computation(
+    tff.FederatedType(tff.SequenceType(element_type), tff.CLIENTS)
+  )
+  def train_cohort(datasets):
+    return tff.federated_sum(tff.federated_map(train_client, datasets))
+
+  return train_cohort
 
 
 def main(argv):
@@ -187,24 +194,27 @@ def main(argv):
   if 'FLOPS' in argv[1:]:
     print(json.dumps({'step_flops': step_flops(model, step, spec)}))
     return
+  run_round = lambda data: [np.asarray(train_client(d)) for d in data]
   if _RUNTIME.value == 'worker':
+    # The shard's clients in one call, two client computations in flight:
+    # the next client's dataset is ready while the worker's one thread
+    # trains (both share its one inter-op thread), so it never waits.
     contexts.set_simulation_context(
-      1, intra_op_threads=_THREADS.value, inter_op_threads=1
+      2, intra_op_threads=_THREADS.value, inter_op_threads=1
     )
     initial = [v.numpy() for v in model.trainable_variables]
     element_spec = _round_data(task, mine[:1], 0)[0].element_spec
-    train_client = _worker_trainer(task, initial, element_spec)
+    run_round = _worker_round(task, initial, element_spec)
   try:
-    _serve_rounds(task, mine, train_client)
+    _serve_rounds(task, mine, run_round)
   finally:
     if contexts.local_worker() is not None:
       contexts.local_worker().stop()
 
 
-def _serve_rounds(task, mine, train_client) -> None:
+def _serve_rounds(task, mine, run_round) -> None:
   """Warm-up, READY, then one round per `GO <round>` line."""
-  for data in _round_data(task, mine, 0):  # Trace and warm up.
-    np.asarray(train_client(data))
+  run_round(_round_data(task, mine, 0))  # Trace and warm up.
   print('READY', flush=True)
   for line in sys.stdin:
     command = line.split()
@@ -212,8 +222,7 @@ def _serve_rounds(task, mine, train_client) -> None:
       break
     data = _round_data(task, mine, int(command[1]))
     c0, t0 = rss.cpu_seconds(), time.perf_counter()
-    for d in data:
-      np.asarray(train_client(d))
+    run_round(data)
     wall, cpu = time.perf_counter() - t0, rss.cpu_seconds() - c0
     print(json.dumps({'seconds': wall, 'cpu_seconds': cpu}), flush=True)
 

@@ -14,6 +14,12 @@ falls on all of them:
                 TFF worker_binary (`benchmarks.plain_tf_loop`), each round
                 started in both at once;
   plain_1x2     the same in one plain TF process on 2 threads;
+  floor_local   the round's local training alone, on our runner's worker
+                and thread settings: TFF's model-delta client work mapped
+                over the same cohort (model broadcast, one scalar of each
+                update summed back), with no aggregation of the updates,
+                no clipping and no noise; the floor under our round in the
+                runtime it runs in;
   stock_default tff.learning.algorithms.build_unweighted_fed_avg +
                 DifferentiallyPrivateFactory.gaussian_fixed, TFF defaults;
   stock_tuned   the same with LoopImplementation.DATASET_ITERATOR and
@@ -34,6 +40,11 @@ falls on all of them:
                 the stock rows' fixed 100 clients and no diagnostics;
   ours_fused    ours with `--fuse_client_work` (one TF call per client a
                 round through MapReduceForm; bit-identical results);
+  ours_glibc    ours with the worker on glibc malloc
+                (TFF_DP_WORKER_JEMALLOC=none) instead of jemalloc;
+  ours_tf_threads  ours with TF's default worker thread pools (intra- and
+                inter-op 0: one thread per core each) instead of 1 and 4;
+  ours_calls2   ours with 2 concurrent client computations instead of 3;
   workers_1     ours over one local TFF worker_binary (`--local_workers=1`,
                 2 concurrent calls): the scale-out path on one worker;
   workers_2     ours split over two local worker_binary processes
@@ -59,6 +70,7 @@ than `speed_stats.FLOOR_TOLERANCE` in every cycle (the floor is then
 mis-measured).
 """
 
+import collections
 import json
 import os
 import statistics
@@ -79,6 +91,7 @@ from benchmarks import job_watch  # noqa: E402
 from benchmarks import speed_stats  # noqa: E402
 from benchmarks import results_table  # noqa: E402
 from benchmarks import rss  # noqa: E402
+from tff_dp import composition  # noqa: E402
 from tff_dp import contexts  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
@@ -210,7 +223,9 @@ def run_ours(
   concurrency: int,
   local_workers: int = 0,
   fuse: bool = False,
+  **settings,
 ) -> dict:
+  """`settings`: ExperimentConfig fields beyond the benchmark's."""
   method, overrides = parse_method(method)
   config = training.ExperimentConfig.create(
     task='fashion_mnist_iid',
@@ -230,7 +245,7 @@ def run_ours(
     fuse_client_work=fuse,
     update_diagnostics=False,  # Time the method, not the diagnostics.
   )
-  config = config.replace(**overrides)
+  config = config.replace(**{**settings, **overrides})
   config.validate()
   prepared = training.prepare(config)
   _, ids = _fashion_clients(0)
@@ -243,6 +258,63 @@ def run_ours(
   )
   out['cost'] = {'down': prepared.cost.down, 'up': prepared.cost.up}
   return out
+
+
+def run_local_floor(rounds: int) -> dict:
+  """`floor_local`: TFF's client work over the cohort, nothing aggregated.
+
+  The same worker, thread settings, client model (zero initializers) and
+  loop (DATASET_ITERATOR) as `ours`; the clients' updates stay on the
+  worker (one scalar of each is summed back), so what remains is the
+  round's local training and the cohort's datasets sent to the worker.
+  """
+  task, ids = _fashion_clients(0)
+  ours = training.ExperimentConfig
+  contexts.set_simulation_context(
+    ours.max_concurrent_computation_calls,
+    intra_op_threads=ours.intra_op_threads,
+    inter_op_threads=ours.inter_op_threads,
+  )
+  client_work = tff.learning.templates.build_model_delta_client_work(
+    model_fn=task.client_model_fn(),
+    optimizer=tff.learning.optimizers.build_sgdm(0.05),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+  )
+  init_fn = composition.initial_model_weights_computation(task.model_fn)
+  next_type = client_work.next.type_signature
+
+  @tff.tensorflow.computation(next_type.result.result.member)
+  def first_entry(result):
+    return result[0][0][0, 0, 0, 0]
+
+  @tff.federated_computation(next_type.parameter[1], next_type.parameter[2])
+  def local_only(weights, data):
+    output = client_work.next(client_work.initialize(), weights, data)
+    return tff.federated_sum(tff.federated_map(first_entry, output.result))
+
+  @tff.federated_computation(
+    tff.FederatedType(init_fn.type_signature.result, tff.SERVER),
+    next_type.parameter[2],
+  )
+  def round_fn(weights, data):
+    return local_only(tff.federated_broadcast(weights), data)
+
+  class _LocalOnly:
+    def next(self, state, data):
+      round_fn(state, data)
+      return Output(state)
+
+  Output = collections.namedtuple('Output', ['state'])
+  cd = task.train_data
+
+  def make_data(r):
+    preprocess = tasks.client_preprocess_fn(
+      10, num_epochs=10, max_steps=10, seed=r
+    )
+    return [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
+
+  return _time_rounds(_LocalOnly(), init_fn(), make_data, rounds)
 
 
 def _start_shards(processes: int, threads: int):
@@ -326,6 +398,8 @@ def run_arith_limit(processes: int = 2) -> dict:
 def _worker(mode: str) -> dict:
   if mode == 'floor_2x1':
     return run_plain(2, 1, _ROUNDS.value)
+  if mode == 'floor_local':
+    return run_local_floor(_ROUNDS.value)
   if mode == 'plain_1x2':
     return run_plain(1, 2, _ROUNDS.value)
   if mode == 'arith_limit':
@@ -340,6 +414,19 @@ def _worker(mode: str) -> dict:
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
   if mode == 'ours_fused':
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value, fuse=True)
+  if mode == 'ours_glibc':
+    os.environ[contexts.WORKER_JEMALLOC_ENV] = 'none'
+    return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
+  if mode == 'ours_tf_threads':
+    return run_ours(
+      _METHOD.value,
+      _ROUNDS.value,
+      _CONCURRENCY.value,
+      intra_op_threads=0,
+      inter_op_threads=0,
+    )
+  if mode == 'ours_calls2':
+    return run_ours(_METHOD.value, _ROUNDS.value, 2)
   if mode == 'workers_1':
     return run_ours(_METHOD.value, _ROUNDS.value, 2, local_workers=1)
   if mode == 'workers_2':
@@ -376,6 +463,7 @@ def run_readme(job_flags, rounds: int) -> dict:
     'seconds': [wall[s.round] for s in timed],
     'round_seconds': [s.round_seconds for s in timed],
     'train_seconds': [s.train_seconds for s in timed],
+    'eval_seconds': [s.eval_seconds or 0.0 for s in timed],
     'clients': [s.sampled_clients for s in timed],
     'first_round': samples[0].round_seconds,
     'peak_rss': max(
@@ -471,7 +559,8 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       'rounds timed': s['rounds'],
       'cores busy': round(s['cores'], 2) if s['cores'] else '',
       'peak RSS GiB': round(s['peak_rss'] / 2**30, 2) if s['peak_rss'] else '',
-      'x floor': ratio(name, 'floor_2x1'),
+      'x floor_2x1': ratio(name, 'floor_2x1'),
+      'x floor_local': ratio(name, 'floor_local'),
       'stock_tuned / this': ratio('stock_tuned', name),
       'seed': 0,
       'date': results_table.today(),
@@ -484,6 +573,7 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       f'arith_limit ({a["round_tflop"]:.2f} TFLOP a round at '
       f'{a["gflops_per_second"]:.0f} GFLOP/s of 2 matmul loops)'
     )
+  phases = speed_stats.job_phases(blocks.get('ours_readme', []))
   results_table.replace_all(
     _OUTPUT.value,
     rows,
@@ -500,12 +590,15 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       "spread of the cycles' medians. Seconds are normalised per 100 "
       'clients (`ours_readme` has Poisson cohorts; its rounds include its '
       "evaluations and checkpoints). `floor_2x1` is the same cohort's "
-      'local training (the same clients, datasets, model and steps) in two '
-      'single-threaded plain TF processes side by side, each round started '
-      "in both at once; `arith_limit` is the round's FLOPs (TF profiler) "
-      'over the FLOP/s of two single-threaded matmul loops side by side. '
-      '`x floor` and `stock_tuned / this` are ratios of the medians. '
-      f'Machine: {results_table.machine()}.'
+      'local training (the same clients, datasets, model and steps) as a '
+      'plain TF loop in two processes side by side, each on its own '
+      'single-threaded TFF worker_binary, each round started in both at '
+      "once; `floor_local` is TFF's client work alone over the same "
+      "cohort on our runner's worker settings (nothing aggregated, "
+      "clipped or noised); `arith_limit` is the round's FLOPs (TF "
+      'profiler) over the FLOP/s of two single-threaded matmul loops side '
+      'by side. `x floor_*` and `stock_tuned / this` are ratios of the '
+      f'medians. {phases}Machine: {results_table.machine()}.'
     ),
   )
 

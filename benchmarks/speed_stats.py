@@ -46,20 +46,54 @@ FLOOR_TOLERANCE = 0.10
 
 
 def floor_violations(stats: dict[str, dict]) -> list[str]:
-  """Configurations faster than the floor in every cycle, each against
-  the floor of its own cycle (so the machine's drift cancels), by more
-  than `FLOOR_TOLERANCE`."""
-  if 'floor_2x1' not in stats:
-    return []
-  floor = stats['floor_2x1']['cycle_medians']
+  """Configurations faster than a floor (every `floor_*` configuration)
+  in every cycle, each against that floor in its own cycle (so the
+  machine's drift cancels), by more than `FLOOR_TOLERANCE`."""
+  floors = [name for name in stats if name.startswith('floor_')]
   out = []
-  for name, s in stats.items():
-    if name in ('floor_2x1', 'arith_limit'):
-      continue
-    ratios = [c / f for c, f in zip(s['cycle_medians'], floor)]
-    if ratios and max(ratios) < 1 - FLOOR_TOLERANCE:
-      out.append(
-        f'{name}: {", ".join(f"{r:.2f}" for r in ratios)} of the floor '
-        'in its cycles'
-      )
+  for floor_name in floors:
+    floor = stats[floor_name]['cycle_medians']
+    for name, s in stats.items():
+      if name in floors or name == 'arith_limit':
+        continue
+      ratios = [c / f for c, f in zip(s['cycle_medians'], floor)]
+      if ratios and max(ratios) < 1 - FLOOR_TOLERANCE:
+        out.append(
+          f'{name}: {", ".join(f"{r:.2f}" for r in ratios)} of '
+          f'{floor_name} in its cycles'
+        )
   return out
+
+
+def job_phases(results: list[dict]) -> str:
+  """Where `ours_readme`'s rounds went, per 100 clients (medians over its
+  timed rounds): process.next, evaluation (spread over all rounds), and
+  the rest of the main thread's round; '' without that configuration."""
+  phases = {'wall': [], 'next': [], 'eval': [], 'rest': []}
+  for r in results:
+    for wall, train, ev, round_s, c in zip(
+      r['seconds'],
+      r['train_seconds'],
+      r.get('eval_seconds', [0.0] * len(r['seconds'])),
+      r['round_seconds'],
+      r['clients'],
+    ):
+      if not c or train is None:
+        continue
+      k = COHORT / c
+      phases['wall'].append(wall * k)
+      phases['next'].append(train * k)
+      phases['eval'].append(ev * k)
+      phases['rest'].append((round_s - train - ev) * k)
+  if not phases['wall']:
+    return ''
+  med = {k: statistics.median(v) for k, v in phases.items()}
+  mean_eval = statistics.fmean(phases['eval'])
+  return (
+    "Where `ours_readme`'s rounds went, per 100 clients (medians over "
+    f"its timed rounds): {med['next']:.2f} s in `process.next`, "
+    f'{mean_eval:.2f} s of evaluation a round on average (on the main '
+    f"thread, every --eval_every rounds), {med['rest']:.2f} s of the rest "
+    "of the main thread's round (cohort wait, ledger, hand-off), "
+    f"{med['wall']:.2f} s from one row to the next. "
+  )

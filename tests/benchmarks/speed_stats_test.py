@@ -46,5 +46,39 @@ def test_floor_violation_pairs_each_cycle_with_its_own_floor():
     'ours': {'cycle_medians': [6.0, 6.0, 4.5]},
   }
   (message,) = speed_stats.floor_violations(stats)
-  assert message == 'ours: 0.50, 0.75, 0.75 of the floor in its cycles'
+  assert message == 'ours: 0.50, 0.75, 0.75 of floor_2x1 in its cycles'
   assert speed_stats.floor_violations({'ours': {'cycle_medians': [1.0]}}) == []
+
+
+def test_every_floor_is_checked_and_floors_not_against_each_other():
+  stats = {
+    'floor_2x1': {'cycle_medians': [4.0, 4.0]},
+    # A second floor, far below the first: not a violation of it.
+    'floor_local': {'cycle_medians': [2.0, 2.0]},
+    # Under floor_local by more than 10% in one cycle only: no violation.
+    'ours': {'cycle_medians': [5.0, 1.5]},
+    'stock_tuned': {'cycle_medians': [1.7, 1.7]},
+  }
+  assert speed_stats.floor_violations(stats) == [
+    'stock_tuned: 0.42, 0.42 of floor_2x1 in its cycles',
+    'stock_tuned: 0.85, 0.85 of floor_local in its cycles',
+  ]
+
+
+def test_job_phases_splits_the_jobs_rounds_per_100_clients():
+  results = [
+    {
+      'seconds': [6.0, 4.0],
+      'train_seconds': [4.0, 3.0],
+      'eval_seconds': [1.0, 0.0],
+      'round_seconds': [5.5, 3.5],
+      'clients': [50, 100],
+    }
+  ]
+  text = speed_stats.job_phases(results)
+  # Per 100 clients: next 8 and 3, eval 2 and 0, rest 1 and 0.5, wall 12, 4.
+  assert '5.50 s in `process.next`' in text
+  assert '1.00 s of evaluation a round on average' in text
+  assert '0.75 s of the rest' in text
+  assert '8.00 s from one row to the next' in text
+  assert speed_stats.job_phases([]) == ''
