@@ -4,8 +4,8 @@ One shard process trains its share of the benchmark's cohort (`--shard=k/n`
 of the 100 clients `round_speed` draws) exactly as a round does: each
 client's own dataset (batch 10, 10 epochs capped at 10 steps, shuffled by
 the round), the McMahan CNN reset to the initial weights for every client,
-plain SGD at lr 0.05, on `--threads` intra-op threads and one inter-op
-thread. Nothing is
+SGD at lr 0.05 (with `--momentum`, as TFF's `build_sgdm`), on
+`--threads` intra-op threads and one inter-op thread. Nothing is
 aggregated, noised or sent back: it is the floor under any federated round
 of the same work.
 
@@ -60,7 +60,22 @@ _RUNTIME = flags.DEFINE_enum(
   "Where the loop runs: a TFF worker_binary (TFF's TF build) or this "
   "process's tensorflow wheel.",
 )
+_MOMENTUM = flags.DEFINE_float(
+  'momentum', 0.0, 'Client SGD momentum (as TFF build_sgdm); 0: plain SGD.'
+)
 _LR = 0.05
+
+
+def _sgd_step(variables, grads, accumulators, momentum) -> None:
+  """TFF's `build_sgdm` update: a = momentum a + g; v -= lr a (or v -= lr g
+  without momentum)."""
+  if not momentum:
+    for v, g in zip(variables, grads):
+      v.assign_sub(_LR * g)
+    return
+  for v, g, a in zip(variables, grads, accumulators):
+    a.assign(momentum * a + g)
+    v.assign_sub(_LR * a)
 
 
 def cohort(num_clients: int) -> tuple:
@@ -71,16 +86,16 @@ def cohort(num_clients: int) -> tuple:
   return task, ids
 
 
-def _trainer(model):
+def _trainer(model, momentum: float = 0.0):
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   initial = [tf.constant(v.numpy()) for v in model.trainable_variables]
+  accumulators = [tf.Variable(tf.zeros_like(w)) for w in initial]
 
   def step(x, y):
     with tf.GradientTape() as tape:
       loss = loss_fn(y, model(x, training=True))
     grads = tape.gradient(loss, model.trainable_variables)
-    for v, g in zip(model.trainable_variables, grads):
-      v.assign_sub(_LR * g)
+    _sgd_step(model.trainable_variables, grads, accumulators, momentum)
 
   def body(num_steps, batch):
     step(batch['x'], batch['y'])
@@ -88,8 +103,9 @@ def _trainer(model):
 
   @tf.function
   def train_client(dataset):
-    for v, w in zip(model.trainable_variables, initial):
+    for v, w, a in zip(model.trainable_variables, initial, accumulators):
       v.assign(w)
+      a.assign(tf.zeros_like(w))
     # `Dataset.reduce`: 20% less CPU a client than a `for` loop over the
     # dataset (AutoGraph's iterator loop) when measured side by side.
     num_steps = dataset.reduce(tf.constant(0), body)
@@ -140,7 +156,7 @@ def matmul_flops_per_second(seconds: float = 5.0, size: int = 512) -> float:
   return 2 * size**3 * n / elapsed
 
 
-def _worker_round(task, initial, element_spec):
+def _worker_round(task, initial, element_spec, momentum: float = 0.0):
   """`run_round(datasets)`: the same loop as `_trainer`, one TF graph a
   client, mapped over the shard's clients by a TFF computation on this
   process's worker (one scalar of each client's model summed back)."""
@@ -155,6 +171,7 @@ def _worker_round(task, initial, element_spec):
     model = builder()
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
+    accumulators = [tf.Variable(tf.zeros(v.shape)) for v in variables]
 
     @tf.function
     def train(dataset):
@@ -164,8 +181,7 @@ def _worker_round(task, initial, element_spec):
         with tf.GradientTape() as tape:
           loss = loss_fn(batch['y'], model(batch['x'], training=True))
         grads = tape.gradient(loss, variables)
-        for v, g in zip(variables, grads):
-          v.assign_sub(_LR * g)
+        _sgd_step(variables, grads, accumulators, momentum)
       return tf.identity(variables[0][0, 0, 0, 0])
 
     return train(dataset)
@@ -189,7 +205,7 @@ def main(argv):
   task, ids = cohort(_CLIENTS.value)
   mine = ids[k::n]
   model = task.model_builder()
-  step, train_client = _trainer(model)
+  step, train_client = _trainer(model, _MOMENTUM.value)
   spec = next(iter(_round_data(task, mine[:1], 0)[0])).copy()
   if 'FLOPS' in argv[1:]:
     print(json.dumps({'step_flops': step_flops(model, step, spec)}))
@@ -204,7 +220,7 @@ def main(argv):
     )
     initial = [v.numpy() for v in model.trainable_variables]
     element_spec = _round_data(task, mine[:1], 0)[0].element_spec
-    run_round = _worker_round(task, initial, element_spec)
+    run_round = _worker_round(task, initial, element_spec, _MOMENTUM.value)
   try:
     _serve_rounds(task, mine, run_round)
   finally:

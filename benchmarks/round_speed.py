@@ -1,7 +1,9 @@
 r"""Seconds per federated round, ours beside stock TFF and the TF floor.
 
 One Fashion-MNIST round of seed 001: the McMahan CNN (1,663,370 params),
-100 clients x 10 local steps x batch 10 (10,000 examples). Every
+100 clients x 10 local steps x batch 10 (10,000 examples), client SGD at
+lr 0.05 with the job's --client_momentum (after --; or --client_momentum)
+in every configuration, so all do the same training. Every
 configuration runs in its own fresh process, in one invocation; with
 --cycles > 1 they alternate (A B C ... A B C ...), so the machine's drift
 falls on all of them:
@@ -119,6 +121,12 @@ _INTER = flags.DEFINE_integer(
 _OUTPUT = flags.DEFINE_string(
   'output', 'benchmarks/results/round_speed.md', 'Results markdown file.'
 )
+_MOMENTUM = flags.DEFINE_float(
+  'client_momentum',
+  None,
+  "Every configuration's client momentum (default: the job's "
+  '--client_momentum after --, else 0), so all train alike.',
+)
 _CYCLES = flags.DEFINE_integer(
   'cycles', 1, 'Times each configuration runs, alternated (mode=all).'
 )
@@ -130,6 +138,22 @@ _CONFIGS = flags.DEFINE_list(
 
 NUM_CLIENTS = 100
 NOISE, CLIP = 1.185, 1.0
+
+
+def _client_optimizer():
+  """SGD at lr 0.05, with --client_momentum where it is not 0."""
+  return tff.learning.optimizers.build_sgdm(
+    0.05, momentum=_MOMENTUM.value or None
+  )
+
+
+def job_momentum(job_flags) -> float:
+  """The job's --client_momentum (the last one given), else 0."""
+  momentum = 0.0
+  for flag in job_flags:
+    if flag.startswith('--client_momentum='):
+      momentum = float(flag.split('=', 1)[1])
+  return momentum
 
 
 def _time_rounds(process, state, make_data, rounds):
@@ -180,7 +204,7 @@ def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
     loop = tff.learning.LoopImplementation.DATASET_REDUCE
   process = tff.learning.algorithms.build_unweighted_fed_avg(
     task.model_fn,
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
+    client_optimizer_fn=_client_optimizer(),
     model_aggregator=tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
       NOISE, NUM_CLIENTS, CLIP
     ),
@@ -239,6 +263,7 @@ def run_ours(
     local_epochs=10,
     local_steps=10,
     client_lr=0.05,
+    client_momentum=_MOMENTUM.value or 0.0,
     max_concurrent_computation_calls=concurrency,
     inter_op_threads=_INTER.value,
     local_workers=local_workers,
@@ -277,7 +302,7 @@ def run_local_floor(rounds: int) -> dict:
   )
   client_work = tff.learning.templates.build_model_delta_client_work(
     model_fn=task.client_model_fn(),
-    optimizer=tff.learning.optimizers.build_sgdm(0.05),
+    optimizer=_client_optimizer(),
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
     loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
   )
@@ -324,6 +349,7 @@ def _start_shards(processes: int, threads: int):
     'benchmarks.plain_tf_loop',
     f'--threads={threads}',
     f'--clients={NUM_CLIENTS}',
+    f'--momentum={_MOMENTUM.value or 0.0}',
   ]
   procs = [
     subprocess.Popen(
@@ -472,6 +498,12 @@ def run_readme(job_flags, rounds: int) -> dict:
   }
 
 
+def _momentum(job_flags) -> float:
+  if _MOMENTUM.value is not None:
+    return _MOMENTUM.value
+  return job_momentum(job_flags)
+
+
 def _run_config(config: str, job_flags) -> dict:
   """One block of `config`: a fresh process, one warm-up round, then
   --rounds timed rounds."""
@@ -490,6 +522,7 @@ def _run_config(config: str, job_flags) -> dict:
     f'--method={_METHOD.value}',
     f'--concurrency={_CONCURRENCY.value}',
     f'--inter_op_threads={_INTER.value}',
+    f'--client_momentum={_momentum(job_flags)}',
   ]
   done = subprocess.run(cmd, capture_output=True, text=True, check=False)
   line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
@@ -582,7 +615,9 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
     notes=(
       'One Fashion-MNIST round of seed 001 (McMahan CNN, 1,663,370 '
       'params; 100 clients x 10 local steps x batch 10 = 10,000 '
-      'examples; DP-FedAvg noise 1.185, clip 1). Every configuration runs '
+      'examples; DP-FedAvg noise 1.185, clip 1; client SGD at lr 0.05 '
+      f'with momentum {_momentum(job_flags)} in every configuration, the '
+      "job's). Every configuration runs "
       f'in its own fresh process, {_CYCLES.value} times, alternated (A B C '
       "... A B C ...) so the machine's drift falls on all of them; each "
       f'block is one warm-up round and {_ROUNDS.value} timed rounds. The '

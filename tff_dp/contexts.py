@@ -57,7 +57,7 @@ from tff_dp import processes
 INTRA_OP_ENV = 'TF_NUM_INTRAOP_THREADS'
 INTER_OP_ENV = 'TF_NUM_INTEROP_THREADS'
 # glibc malloc settings for the worker, each unless the user's environment
-# sets it (README, "Memory over long runs"):
+# sets it (performance notes, "Memory over long runs"):
 # - 2 arenas: the default (8 per core) lets each TF/gRPC thread keep freed
 #   pages in its own arena.
 # - a fixed mmap threshold of 32 MiB, glibc's own ceiling: its dynamic
@@ -76,10 +76,10 @@ WORKER_MALLOC_ENV = {
   'MALLOC_MMAP_THRESHOLD_': str(32 * 1024 * 1024),
   'MALLOC_TRIM_THRESHOLD_': str(1024 * 1024 * 1024),
 }
-# jemalloc for the worker (README, "Memory over long runs"): under glibc's
-# malloc the worker's heap fragments and holds its high-water mark, which
-# climbs with the largest cohort so far (4.6 GB after 10 rounds of `make
-# run`'s job, 5.8 GB after 200); under jemalloc (with
+# jemalloc for the worker (performance notes, "Memory over long runs"):
+# under glibc's malloc the worker's heap fragments and holds its
+# high-water mark, which climbs with the largest cohort so far (4.6 GB
+# after 10 rounds of `make run`'s job, 5.8 GB after 200); under jemalloc (with
 # `processes.JEMALLOC_CONF`) it returns freed pages and stayed flat between
 # 1.0 and 3.5 GB after each of 200 rounds of the same job. Preloaded when
 # found: TFF_DP_WORKER_JEMALLOC names the library ('none' turns it off);

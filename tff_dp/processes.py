@@ -77,7 +77,7 @@ GLIBC_MALLOC_ENV = 'TFF_DP_GLIBC_MALLOC'
 # mmap threshold (glibc's starting value, which it otherwise raises to the
 # size of each large block freed, up to 32 MiB, so that later blocks of
 # that size come from the arenas instead of their own mappings). The two
-# were measured together, not each alone (README, "Memory over long
+# were measured together, not each alone (performance notes, "Memory over long
 # runs").
 GLIBC_MALLOC_SETTINGS = (
   ('MALLOC_ARENA_MAX', _M_ARENA_MAX, 2),
@@ -112,10 +112,11 @@ def tune_glibc_malloc() -> dict[str, int]:
   return applied
 
 
-# jemalloc (README, "Memory over long runs"): the TFF worker preloads it
-# when found (`contexts.worker_jemalloc`); the job's own Python only when
-# asked (TFF_DP_JEMALLOC, `rerun_under_jemalloc`). `make install` unpacks
-# Debian's libjemalloc2 into the venv's lib/ when the system has none.
+# jemalloc (performance notes, "Memory over long runs"): the TFF worker
+# preloads it when found (`contexts.worker_jemalloc`); the job's own
+# Python only when asked (TFF_DP_JEMALLOC, `rerun_under_jemalloc`).
+# `make install` unpacks Debian's libjemalloc2 into the venv's lib/ when
+# the system has none.
 JEMALLOC_LIBRARY = 'libjemalloc.so.2'
 JEMALLOC_PATHS = (
   os.path.join(sys.prefix, 'lib', JEMALLOC_LIBRARY),

@@ -28,7 +28,8 @@ def _method_from_argv(argv) -> str:
 from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
 
 # TFF_DP_JEMALLOC=auto (or a path) runs this process on jemalloc
-# (`processes.rerun_under_jemalloc`, README "Memory over long runs"):
+# (`processes.rerun_under_jemalloc`; performance notes, "Memory over long
+# runs"):
 # re-executed here, before TensorFlow loads.
 # Otherwise glibc's malloc gets a fixed arena count and mmap threshold
 # (`processes.tune_glibc_malloc`, TFF_DP_GLIBC_MALLOC=none to skip), set

@@ -408,7 +408,8 @@ class _Finisher:
     if then is not None:
       then()
     # Freed native buffers back to the OS (processes.release_free_memory;
-    # README "Memory over long runs" says what it did and did not fix).
+    # the performance notes' "Memory over long runs" say what it did and
+    # did not fix).
     processes.release_free_memory()
     if self._callback is not None:
       self._callback(round_num)

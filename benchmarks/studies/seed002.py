@@ -235,7 +235,7 @@ _RANDAGG_FRACTION = round(
 # typical coordinate, so the estimate predicts no rescue. DPSFL at its
 # fixed clip (not DPSFL-AC): C in the argument stays fixed and no bit
 # shares the budget. 10x the cohort of every other row: the worker's
-# memory grows with the cohort (README, memory over long runs), not
+# memory grows with the cohort (performance notes, "Memory over long runs"), not
 # measured at 300.
 _EQUAL_UPLOAD = tuple(
   Row(f'{name}_eqbytes', label, flags)
