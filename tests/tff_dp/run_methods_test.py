@@ -48,6 +48,16 @@ _ELSEWHERE = {'ddgauss'}
 _NOISE = 0.2  # Below 2 x the adaptive clip's default count noise here.
 
 
+def _failure(stderr: str) -> str:
+  """The end of a failed run's stderr; after a crash, the faulthandler's
+  report from its start (its thread stacks come before the long list of
+  extension modules that ends it)."""
+  start = stderr.find('Fatal Python error')
+  if start >= 0:
+    return stderr[start : start + 6000]
+  return stderr[-3000:]
+
+
 def _cases():
   return sorted(set(methods.METHODS) - _ELSEWHERE)
 
@@ -74,7 +84,7 @@ def test_binary_runs_one_round(tmp_path, name):
   done = subprocess.run(
     cmd, capture_output=True, text=True, timeout=600, env=env
   )
-  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.returncode == 0, _failure(done.stderr)
   assert 'final:' in done.stdout
 
   with open(out / 'metrics.csv') as f:
@@ -117,3 +127,17 @@ def test_adaptive_clip_small_cohort_names_the_flag(tmp_path):
   # The flag it names is there and takes the run through.
   prepared = preparation.prepare(config.replace(clipped_count_stddev=1.0))
   assert prepared.params.options.clipped_count_stddev == 1.0
+
+
+def test_a_crash_report_is_shown_from_its_start():
+  stderr = (
+    'log line\n' * 500
+    + 'Fatal Python error: Segmentation fault\n\n'
+    + 'Thread 0x01 (most recent call first):\n  File "training.py"\n'
+    + 'Extension modules: '
+    + 'numpy.core, ' * 1000
+  )
+  shown = _failure(stderr)
+  assert shown.startswith('Fatal Python error: Segmentation fault')
+  assert 'Thread 0x01 (most recent call first)' in shown
+  assert _failure('a' * 4000 + 'end') == 'a' * 2997 + 'end'
