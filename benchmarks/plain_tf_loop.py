@@ -14,8 +14,9 @@ client (a `for` loop over the dataset in a `tf.function`, as TFF's
 `DATASET_ITERATOR` loop) in a single-threaded TFF `worker_binary` of this
 process: TFF's build of TF, the one every TFF round here runs in. Measured
 one after the other on the same 30 clients (ad hoc, three rounds each,
-not in a results file), a client's loop took 0.10 CPU seconds there and 0.13 in the `tensorflow` wheel, so a floor
-in the wheel was no floor: TFF rounds beat it. `--runtime=python` keeps the
+not in a results file), a client's loop took 0.10 CPU seconds there and
+0.13 in the `tensorflow` wheel, so a floor in the wheel was no floor: TFF
+rounds beat it. `--runtime=python` keeps the
 wheel's loop (a `Dataset.reduce` in one `tf.function`, which took 20%
 less CPU a client there than a `for` loop, measured the same way).
 
