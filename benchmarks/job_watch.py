@@ -32,6 +32,7 @@ class Sample:
   segment: int
   round_seconds: float
   sampled_clients: int
+  # "python": the job's Python processes (training and evaluation).
   python_rss_mb: Optional[float]  # None: read after the job ended.
   worker_rss_mb: Optional[float]
   python_peak_mb: float
@@ -127,9 +128,14 @@ def run_job(
         # the job exits and a reading of a dead process would be 0.
         live = not done and bool(workers)
         if live:
-          py_now = rss.rss_bytes(job.pid)
+          # The job's Python processes: it and its other children (the
+          # evaluation process).
+          pythons = [job.pid] + [
+            c for c in rss.children(job.pid) if c not in workers
+          ]
+          py_now = sum(rss.rss_bytes(p) for p in pythons)
           worker_now = sum(rss.rss_bytes(w) for w in workers)
-          py_cpu = rss.cpu_seconds_of(job.pid)
+          py_cpu = sum(rss.cpu_seconds_of(p) for p in pythons)
           worker_cpu = sum(rss.cpu_seconds_of(w) for w in workers)
           peak_py = max(peak_py, py_now)
           peak_worker = max(peak_worker, worker_now)

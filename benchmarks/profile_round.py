@@ -79,12 +79,12 @@ def main(argv):
   state = process.initialize()
   for r in range(_ROUNDS.value + 1):
     data = prepared.round_data(config, ids, r)
-    workers = rss._children(os.getpid())  # pylint: disable=protected-access
+    workers = rss.children(os.getpid())
     cpu0 = sum(_cpu_seconds(w) for w in workers)
     t0 = time.perf_counter()
     state = process.next(state, data).state
     wall = time.perf_counter() - t0
-    workers = rss._children(os.getpid())  # pylint: disable=protected-access
+    workers = rss.children(os.getpid())
     cpu = sum(_cpu_seconds(w) for w in workers) - cpu0
     label = 'warm-up' if r == 0 else f'round {r}'
     print(

@@ -64,6 +64,13 @@ falls on all of them:
       --configs=floor_2x1,stock_default,stock_tuned,ours_readme \
       --output=benchmarks/results/round_speed_readme.md -- <make run's flags>
 
+What a round's time holds: the stock, `ours*` and `floor_local` rounds
+are timed from building the cohort's datasets (as a plain loop over TFF
+builds them) to the end of `next`; `ours_readme` builds them one round
+ahead on a thread, and evaluates in its evaluation process by default
+(`--background_evaluation`); the floors' plain TF loops build theirs
+before the clock starts.
+
 Reported, per 100 clients: the median over every timed round of every
 cycle, each cycle's median, the ratios of the medians to the floor and to
 stock_tuned, and the peak RSS of the process and its worker_binary during
@@ -157,12 +164,14 @@ def job_momentum(job_flags) -> float:
 
 
 def _time_rounds(process, state, make_data, rounds):
+  """Rounds of `process`, each timed from building its cohort's datasets
+  (`make_data`, as a plain loop over TFF does) to the end of `next`."""
   seconds, cpu = [], []
   with rss.PeakRss() as peak:
     for r in range(rounds + 1):
-      data = make_data(r)
       c0 = rss.cpu_seconds()
       t0 = time.perf_counter()
+      data = make_data(r)
       state = process.next(state, data).state
       if r > 0:  # Round 0 traces and warms up.
         seconds.append(time.perf_counter() - t0)
@@ -491,11 +500,25 @@ def run_readme(job_flags, rounds: int) -> dict:
     'train_seconds': [s.train_seconds for s in timed],
     'eval_seconds': [s.eval_seconds or 0.0 for s in timed],
     'clients': [s.sampled_clients for s in timed],
+    'background_evaluation': _background_evaluation(job_flags),
     'first_round': samples[0].round_seconds,
     'peak_rss': max(
       (s.python_peak_mb + s.worker_peak_mb) * 2**20 for s in timed
     ),
   }
+
+
+def _background_evaluation(job_flags) -> bool:
+  """The job's --background_evaluation (the last one given; default on)."""
+  value = True
+  for flag in job_flags:
+    if flag == '--nobackground_evaluation':
+      value = False
+    elif flag == '--background_evaluation':
+      value = True
+    elif flag.startswith('--background_evaluation='):
+      value = flag.split('=', 1)[1].lower() in ('true', '1')
+  return value
 
 
 def _momentum(job_flags) -> float:
@@ -624,7 +647,11 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       'median is over every timed round of every cycle; min-max is the '
       "spread of the cycles' medians. Seconds are normalised per 100 "
       'clients (`ours_readme` has Poisson cohorts; its rounds include its '
-      "evaluations and checkpoints). `floor_2x1` is the same cohort's "
+      'checkpoints, and its evaluations where they run on the main '
+      'thread). The stock, `ours*` and `floor_local` rounds include '
+      "building the cohort's datasets; `ours_readme` builds them a round "
+      "ahead on a thread; the floors' plain TF loops build theirs before "
+      "the clock starts. `floor_2x1` is the same cohort's "
       'local training (the same clients, datasets, model and steps) as a '
       'plain TF loop in two processes side by side, each on its own '
       'single-threaded TFF worker_binary, each round started in both at '

@@ -21,7 +21,8 @@ def rss_bytes(pid: int) -> int:
   return _rss_bytes(pid)
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+  """Pids of the live direct children of `pid`."""
   out = []
   try:
     for entry in os.listdir('/proc'):
@@ -62,7 +63,7 @@ def cpu_seconds() -> float:
   drifts. It misses children that exit in between (not the TFF worker).
   """
   me = os.getpid()
-  ticks = _cpu_ticks(me) + sum(_cpu_ticks(c) for c in _children(me))
+  ticks = _cpu_ticks(me) + sum(_cpu_ticks(c) for c in children(me))
   return ticks / os.sysconf('SC_CLK_TCK')
 
 
@@ -86,7 +87,7 @@ class PeakRss:
     children, n = [], 0
     while not self._stop.is_set():
       if n % self._rescan_every == 0:
-        children = _children(me)
+        children = children(me)
       n += 1
       total = _rss_bytes(me) + sum(_rss_bytes(c) for c in children)
       self.peak = max(self.peak, total)

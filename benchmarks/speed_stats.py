@@ -68,9 +68,16 @@ def floor_violations(stats: dict[str, dict]) -> list[str]:
 def job_phases(results: list[dict]) -> str:
   """Where `ours_readme`'s rounds went, per 100 clients (medians over its
   timed rounds): process.next, evaluation (spread over all rounds), and
-  the rest of the main thread's round; '' without that configuration."""
+  the rest of the main thread's round; '' without that configuration.
+
+  A result with `background_evaluation` true evaluated in its evaluation
+  process: its `round_seconds` do not hold the evaluation.
+  """
   phases = {'wall': [], 'next': [], 'eval': [], 'rest': []}
+  background = set()
   for r in results:
+    inline = not r.get('background_evaluation', False)
+    background.add(not inline)
     for wall, train, ev, round_s, c in zip(
       r['seconds'],
       r['train_seconds'],
@@ -84,16 +91,21 @@ def job_phases(results: list[dict]) -> str:
       phases['wall'].append(wall * k)
       phases['next'].append(train * k)
       phases['eval'].append(ev * k)
-      phases['rest'].append((round_s - train - ev) * k)
+      phases['rest'].append((round_s - train - (ev if inline else 0)) * k)
   if not phases['wall']:
     return ''
   med = {k: statistics.median(v) for k, v in phases.items()}
   mean_eval = statistics.fmean(phases['eval'])
+  where = {
+    frozenset({False}): 'on the main thread',
+    frozenset({True}): "in the evaluation process, beside the next round's "
+    'training',
+  }.get(frozenset(background), 'on the main thread in some blocks')
   return (
     "Where `ours_readme`'s rounds went, per 100 clients (medians over "
     f"its timed rounds): {med['next']:.2f} s in `process.next`, "
-    f'{mean_eval:.2f} s of evaluation a round on average (on the main '
-    f"thread, every --eval_every rounds), {med['rest']:.2f} s of the rest "
-    "of the main thread's round (cohort wait, ledger, hand-off), "
+    f'{mean_eval:.2f} s of evaluation a round on average ({where}, every '
+    f"--eval_every rounds), {med['rest']:.2f} s of the rest of the main "
+    "thread's round (cohort wait, ledger, hand-off), "
     f"{med['wall']:.2f} s from one row to the next. "
   )

@@ -7,10 +7,11 @@
   3. builds the method's learning process and runs it in TFF's C++ test
      context (secure sum simulated);
   4. after every round records the DP event that ran in the privacy ledger,
-     evaluates, counts bytes, and appends a row to `metrics.csv` and
-     TensorBoard; every `checkpoint_every` rounds saves the learning state
-     with the ledger, the sampler's RNG state and the rows
-     (`tff.program.FileProgramStateManager`);
+     evaluates (by default in a child process beside training,
+     `evaluation.Evaluator`), counts bytes, and appends a row to
+     `metrics.csv` and TensorBoard; every `checkpoint_every` rounds saves
+     the learning state with the ledger, the sampler's RNG state and the
+     rows (`tff.program.FileProgramStateManager`);
   5. writes `summary.json` with every setting the run used (the method's
      options included) and the final results, and the
      final model weights to `final_model_weights.npz`.
@@ -48,18 +49,17 @@ import concurrent.futures
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp import composition
 from tff_dp.aggregators import dp_events
 from tff_dp.client_works import diagnostics
 from tff_dp import distributed
+from tff_dp import evaluation
 from tff_dp.methods import options as options_lib
 from tff_dp import noise_seeds
 from tff_dp import privacy
 from tff_dp import processes
-from tff_dp import tasks as tasks_lib
 from tff_dp import experiment_config
 from tff_dp import outputs
 
@@ -77,43 +77,6 @@ from tff_dp.preparation import Prepared  # noqa: F401 (API)
 # The events of the TFF DP states nested in an aggregator state (the
 # public reader, `tff_dp.aggregators.dp_events`).
 find_dp_events = dp_events.events_in_state
-
-
-EVAL_BATCH_SIZE = 1000
-
-
-def test_batches(task: tasks_lib.FederatedTask) -> tf.data.Dataset:
-  """The test set in batches of `EVAL_BATCH_SIZE`, built once per run.
-
-  Keras' `evaluate(x, y)` on NumPy arrays copies them into a new dataset
-  each call and kept about 30 MB of Python memory per call here (15 calls
-  on Fashion-MNIST's test set: 945 -> 1,360 MB); on one dataset reused
-  it stays flat (896 -> 909 MB). Same batches, same order, same metrics.
-  """
-  return tf.data.Dataset.from_tensor_slices((task.test_x, task.test_y)).batch(
-    EVAL_BATCH_SIZE
-  )
-
-
-def evaluate(
-  task: tasks_lib.FederatedTask,
-  model_weights,
-  keras_model: tf.keras.Model,
-  batches: Optional[tf.data.Dataset] = None,
-) -> dict[str, float]:
-  """Centralized test metrics of `model_weights` (loss and task metrics).
-
-  Args:
-    task: The task (its test set is used unless `batches` is given).
-    model_weights: The `tff.learning.models.ModelWeights` to evaluate.
-    keras_model: A compiled Keras model of the task's architecture.
-    batches: `test_batches(task)`; pass it when evaluating repeatedly.
-  """
-  model_weights.assign_weights_to(keras_model)
-  if batches is None:
-    batches = test_batches(task)
-  results = keras_model.evaluate(batches, verbose=0, return_dict=True)
-  return {f'test_{k}': float(v) for k, v in results.items()}
 
 
 class ConfigError(ValueError):
@@ -209,7 +172,7 @@ def run_experiment(
   if output_dir is not None:
     outputs.save_model_weights(
       output_dir / 'final_model_weights.npz',
-      prepared.process.get_model_weights(progress.state),
+      model_weights(prepared.process, progress.state),
     )
     progress.files.write_summary(summary)
   if config.local_workers:
@@ -357,14 +320,16 @@ class _Finished:
   # The ledger's composed event and JSON after this round (private runs).
   event: Optional[Any]
   ledger_json: Optional[str]
-  # The test metrics and their seconds, on evaluation rounds.
-  evaluation: Optional[dict]
+  # On evaluation rounds, the future of the test metrics and their seconds.
+  evaluation: Optional[concurrent.futures.Future]
 
 
 # Finish rounds (epsilon, diagnostics, metrics files) on one background
 # thread while the next round trains. What runs there is Python and NumPy
-# only (dp_accounting, csv and json): evaluation and checkpoints, which
-# run TF, stay on the main thread. With Keras' evaluation and TFF's
+# only (dp_accounting, csv and json, and waiting for the evaluator's
+# result); checkpoints, which run TF, stay on the main thread and
+# evaluation runs in the evaluator (a child process by default). With
+# Keras' evaluation and TFF's
 # checkpoint on the finishing thread, a fresh-clone CI run saw one
 # `python -m tff_dp.run` segfault (exit -11).
 BACKGROUND_FINISH = True
@@ -375,9 +340,10 @@ class _Finisher:
   the next round trains, one round deep; the main thread's part (the
   checkpoint) runs once the round's row is written.
 
-  The TF and TFF calls (the round, evaluation, the checkpoint) stay on the
-  main thread; what the finishing step reads is handed to it, so the
-  numbers and files are those of finishing each round before the next.
+  The TF and TFF calls (the round, reading the weights to evaluate, the
+  checkpoint) stay on the main thread; what the finishing step reads is
+  handed to it, so the numbers and files are those of finishing each round
+  before the next.
   `round_callback(t)` runs once round t is finished (its row and
   checkpoint written).
   """
@@ -431,11 +397,9 @@ def _train(config, prepared, progress, round_callback) -> dict:
       'down': rows[-1].get('bytes_down_total', 0),
       'up': rows[-1].get('bytes_up_total', 0),
     }
-  keras_model = prepared.task.model_builder()
-  keras_model.compile(
-    loss=prepared.task.loss_builder(), metrics=prepared.task.metrics_builder()
+  evaluator = evaluation.Evaluator(
+    prepared.task, in_process=not config.background_evaluation
   )
-  evaluator = (keras_model, test_batches(prepared.task))
   cohorts = _Cohorts(config, prepared, progress.rng)
   finisher = _Finisher(round_callback)
   upcoming = cohorts.draw() if progress.start_round <= config.rounds else None
@@ -465,7 +429,8 @@ def _train(config, prepared, progress, round_callback) -> dict:
       )
       # Where the round's time went: waiting for the prefetched datasets,
       # the TFF round (process.next), the main thread in all (evaluation
-      # included: eval_seconds).
+      # included where --nobackground_evaluation; eval_seconds is the
+      # evaluation's own time wherever it ran).
       timings = {
         'data_wait_seconds': data_wait,
         'train_seconds': train_seconds,
@@ -481,8 +446,11 @@ def _train(config, prepared, progress, round_callback) -> dict:
       if _checkpoint_due(config, round_num):
         finisher.wait()  # The checkpoint holds this round's row.
   finally:
-    finisher.close()
-    cohorts.close()
+    try:
+      finisher.close()
+    finally:
+      cohorts.close()
+      evaluator.close()
   return totals
 
 
@@ -508,15 +476,23 @@ def _hand_off(config, prepared, progress, output, row, totals) -> _Finished:
 
 
 def _evaluation(config, prepared, round_num, output, evaluator):
-  """The test metrics and their seconds on evaluation rounds, else None
-  (on the main thread: Keras and TFF calls)."""
+  """On evaluation rounds, the future of the test metrics and their
+  seconds (`evaluation.Evaluator`), else None; the evaluation runs in the
+  evaluator."""
   if round_num % config.eval_every and round_num != config.rounds:
     return None
-  t_eval = time.perf_counter()
-  weights = prepared.process.get_model_weights(output.state)
-  results = evaluate(prepared.task, weights, *evaluator)
-  results['eval_seconds'] = time.perf_counter() - t_eval
-  return results
+  return evaluator.submit(model_weights(prepared.process, output.state))
+
+
+def model_weights(process, state):
+  """`process.get_model_weights(state)`, read from the state in Python
+  where it holds them (a `tff.learning` algorithm's state): the same
+  values, without the TFF call that sends the whole state to the worker
+  and back (about 0.5 s a call for the Fashion-MNIST CNN here)."""
+  weights = getattr(state, 'global_model_weights', None)
+  if isinstance(weights, tff.learning.models.ModelWeights):
+    return weights
+  return process.get_model_weights(state)
 
 
 def _checkpoint_due(config, round_num: int) -> bool:
@@ -590,7 +566,7 @@ def _round_results(config, prepared, progress, job):
   if released.dp_fraction_clipped is not None:
     row['dp_fraction_clipped'] = released.dp_fraction_clipped
   if job.evaluation is not None:
-    row.update(job.evaluation)
+    row.update(job.evaluation.result())
   extra = output.metrics.get('client_work', {}).get('extra', {})
   vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
   row.update(diagnostics.summarize({**metrics, **vectors}))

@@ -81,4 +81,21 @@ def test_job_phases_splits_the_jobs_rounds_per_100_clients():
   assert '1.00 s of evaluation a round on average' in text
   assert '0.75 s of the rest' in text
   assert '8.00 s from one row to the next' in text
+  assert 'on the main thread, every' in text
   assert speed_stats.job_phases([]) == ''
+
+
+def test_job_phases_leaves_a_background_evaluation_in_the_rest():
+  results = [
+    {
+      'seconds': [6.0],
+      'train_seconds': [4.0],
+      'eval_seconds': [1.0],
+      'round_seconds': [4.5],
+      'clients': [100],
+      'background_evaluation': True,
+    }
+  ]
+  text = speed_stats.job_phases(results)
+  assert '0.50 s of the rest' in text
+  assert '1.00 s of evaluation a round on average (in the evaluation' in text

@@ -266,6 +266,14 @@ class RunSettings:
   checkpoint_every: int = _setting(
     10, 'Checkpoint every N rounds (and the last).', check=_INT1
   )
+  background_evaluation: bool = _setting(
+    True,
+    'Evaluate in a child Python process beside training, while the next '
+    'round trains (same metrics to the bit; one more process and its '
+    "memory). False: evaluate on the training process's main thread "
+    'between rounds.',
+    execution_only=True,
+  )
   max_concurrent_computation_calls: int = _setting(
     3,
     "Concurrent client computations in TFF's runtime (-1: no cap).",
