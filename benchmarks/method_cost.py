@@ -117,8 +117,9 @@ def main(argv):
     median_wall,
     median_wall,
   )
+  table = {}
   for m, (r, cpu, cpu_base, med, base) in rows.items():
-    row = {
+    table[m] = {
       'method': m,
       'CPU s/round': round(cpu, 2),
       'x dp_fedavg (CPU)': round(cpu / cpu_base, 2),
@@ -135,19 +136,27 @@ def main(argv):
       'bench wall s': round(wall, 1),
       'command': command,
     }
-    results_table.update(
-      _OUTPUT.value,
-      m,
-      row,
-      title='Per-method round cost (x DP-FedAvg, same run)',
-      columns=list(row),
-      notes=__doc__.split('\n\n')[1].replace('\n', ' ')
-      + ' DP-FedAvg in this run (each time it was timed): '
-      + ', '.join(f'{c:.1f}' for c in base_cpus)
-      + ' CPU s/round; '
-      + ', '.join(f'{w:.1f}' for w in base_walls)
-      + f' wall s/round. Machine: {results_table.machine()}.',
-    )
+  # One table from one run: rows of earlier runs are dropped (their files
+  # are kept under dated names).
+  results_table.replace_all(
+    _OUTPUT.value,
+    table,
+    title='Per-method round cost (x DP-FedAvg, same run)',
+    columns=list(next(iter(table.values()))),
+    notes=notes(base_cpus, base_walls),
+  )
+
+
+def notes(base_cpus, base_walls) -> str:
+  """The table's notes: how it was measured, and this run's DP-FedAvg."""
+  return (
+    __doc__.split('\n\n')[1].replace('\n', ' ')
+    + ' DP-FedAvg in this run (each time it was timed): '
+    + ', '.join(f'{c:.1f}' for c in base_cpus)
+    + ' CPU s/round; '
+    + ', '.join(f'{w:.1f}' for w in base_walls)
+    + f' wall s/round. Machine: {results_table.machine()}.'
+  )
 
 
 if __name__ == '__main__':
