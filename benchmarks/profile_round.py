@@ -23,6 +23,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import rss  # noqa: E402
+from tff_dp import tasks  # noqa: E402
 from tff_dp import training  # noqa: E402
 
 _STEPS = flags.DEFINE_integer('local_steps', 10, 'Local steps (batch 10).')
@@ -37,6 +38,7 @@ _INTER = flags.DEFINE_integer(
   'inter_op_threads', 0, 'Worker inter-op threads (0: TF default, 1/core).'
 )
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds.')
+_CLIENTS = flags.DEFINE_integer('clients', 100, 'Clients per round.')
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -51,7 +53,7 @@ def main(argv):
     task='fashion_mnist_iid',
     method=_METHOD.value,
     rounds=_ROUNDS.value + 1,
-    clients_per_round=100,
+    clients_per_round=_CLIENTS.value,
     noise_multiplier=1.185,
     delta=1e-4,
     clip=1.0,
@@ -67,12 +69,12 @@ def main(argv):
   config.validate()
   if not _ZERO.value:
     # The same process with client models built by the seeded builder.
-    task_cls = training.tasks_lib.FederatedTask
+    task_cls = tasks.FederatedTask
     task_cls.client_model_fn = lambda self, device=None: self.model_fn
   prepared = training.prepare(config)
   ids = list(
     np.random.default_rng(0).choice(
-      prepared.task.train_data.client_ids, 100, replace=False
+      prepared.task.train_data.client_ids, _CLIENTS.value, replace=False
     )
   )
   process = prepared.process
