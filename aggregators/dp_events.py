@@ -33,7 +33,8 @@ DP_QUERY_METRICS = 'dp_query_metrics'
 
 
 def to_python_numbers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
-  """The event with NumPy scalars (as TFF's state holds them) as Python's."""
+  """The event with NumPy scalars and bytes (as TFF's state holds them)
+  as Python numbers and strings."""
   changes = {}
   for field in attr.fields(type(event)):
     value = getattr(event, field.name)
@@ -46,6 +47,8 @@ def to_python_numbers(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
       ]
     elif hasattr(value, 'item'):
       changes[field.name] = value.item()
+    elif isinstance(value, bytes):  # A string field, as TF returns it.
+      changes[field.name] = value.decode()
   return attr.evolve(event, **changes) if changes else event
 
 

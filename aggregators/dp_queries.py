@@ -67,7 +67,8 @@ def offset_seed(seed: NoiseSeed, offset: int) -> NoiseSeed:
   return (a, b + offset)
 
 
-def _seed_tensor(seed: SeedLike) -> tf.Tensor:
+def seed_tensor(seed: SeedLike) -> tf.Tensor:
+  """The int64 `[2]` tensor of `resolve_seed(seed)`."""
   return tf.constant(resolve_seed(seed), tf.int64)
 
 
@@ -146,7 +147,7 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
     return self._GlobalState(
       tf.cast(l2_norm_clip, tf.float32),
       tf.cast(stddev, tf.float32),
-      _seed_tensor(self._seed) if seed is None else seed,
+      seed_tensor(self._seed) if seed is None else seed,
     )
 
   def initial_global_state(self):

@@ -1,0 +1,111 @@
+"""The correlated-noise sum query: DP-FedAvg's draws, correlated by C^-1."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_dp.aggregators import correlated_noise as cn
+from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import mf_strategy as mf
+
+SPECS = [tf.TensorSpec([3], tf.float32), tf.TensorSpec([2, 2], tf.float32)]
+CLIP, STDDEV, SEED = 1.0, 0.7, 11
+
+
+def _record(scale):
+  return [
+    tf.constant([3.0, 0.0, 4.0]) * scale,
+    tf.constant([[0.0, 0.0], [0.0, 0.0]]),
+  ]
+
+
+def _rounds(query, records_per_round, rounds):
+  """The query's releases over `rounds` rounds (each a list of NumPy)."""
+  state = query.initial_global_state()
+  out, events = [], []
+  for _ in range(rounds):
+    params = query.derive_sample_params(state)
+    sample = query.initial_sample_state(_record(0.0))
+    for r in records_per_round:
+      sample = query.accumulate_record(params, sample, r)
+    result, state, event = query.get_noised_result(sample, state)
+    out.append([np.asarray(v) for v in result])
+    events.append(event)
+  return out, events
+
+
+def _draws(rounds):
+  """DP-FedAvg's query's noise for the same seed: the w stream."""
+  query = dp_queries.SeededGaussianSumQuery(CLIP, STDDEV, SEED)
+  noise, _ = _rounds(query, [], rounds)
+  return noise
+
+
+def test_one_band_releases_dp_fedavgs_bits_for_the_same_seed():
+  records = [_record(1.0), _record(0.1)]
+  base = dp_queries.SeededGaussianSumQuery(CLIP, STDDEV, SEED)
+  ours = cn.CorrelatedGaussianSumQuery(CLIP, STDDEV, mf.identity(), SPECS, SEED)
+  want, _ = _rounds(base, records, 4)
+  got, events = _rounds(ours, records, 4)
+  for a, b in zip(got, want):
+    for x, y in zip(a, b):
+      assert np.array_equal(x, y)
+  assert float(events[0].noise_multiplier) == pytest.approx(STDDEV / CLIP)
+  assert events[0].strategy == cn.strategy_json(mf.identity())
+
+
+@pytest.mark.parametrize(
+  'strategy',
+  [
+    mf.banded([1.0, 0.6, 0.3]),
+    mf.banded([2.0, -0.5]),
+    mf.blt([0.9, 0.5], [0.3, 0.2]),
+  ],
+  ids=['banded3', 'banded_scaled', 'blt'],
+)
+def test_noise_is_the_strategys_inverse_applied_to_the_draws(strategy):
+  rounds = 7
+  query = cn.CorrelatedGaussianSumQuery(CLIP, STDDEV, strategy, SPECS, SEED)
+  noise, events = _rounds(query, [], rounds)
+  w = _draws(rounds)
+  for part in range(len(SPECS)):
+    draws = np.stack([w[t][part] for t in range(rounds)]).astype(np.float64)
+    want = strategy.noise(draws)
+    got = np.stack([noise[t][part] for t in range(rounds)])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+  assert cn.strategy_from_json(events[-1].strategy) == strategy
+
+
+def test_records_are_clipped_before_the_noise():
+  strategy = mf.banded([1.0, 0.5])
+  query = cn.CorrelatedGaussianSumQuery(CLIP, 0.0, strategy, SPECS, SEED)
+  got, _ = _rounds(query, [_record(10.0)], 2)
+  # |(30, 0, 40)| = 50 -> clipped to (0.6, 0, 0.8); zero noise.
+  np.testing.assert_allclose(got[0][0], [0.6, 0.0, 0.8], rtol=1e-6)
+  np.testing.assert_allclose(got[1][0], [0.6, 0.0, 0.8], rtol=1e-6)
+
+
+def test_a_non_float32_record_is_refused():
+  with pytest.raises(ValueError, match='float32 records'):
+    cn.CorrelatedGaussianSumQuery(
+      CLIP, STDDEV, mf.identity(), [tf.TensorSpec([2], tf.float64)], SEED
+    )
+
+
+def test_tffs_dp_factory_carries_the_query_and_its_event():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_dp.aggregators import dp_events  # pylint: disable=g-import-not-at-top
+
+  strategy = mf.banded([1.0, 0.5])
+  specs = [tf.TensorSpec([3], tf.float32)]
+  query = cn.CorrelatedGaussianSumQuery(CLIP, 0.0, strategy, specs, SEED)
+  process = tff.aggregators.DifferentiallyPrivateFactory(query).create(
+    tff.to_type([(np.float32, [3])])
+  )
+  state = process.initialize()
+  out = process.next(state, [[np.full(3, 0.1, np.float32)]] * 2)
+  # Zero noise: the clipped sum itself.
+  np.testing.assert_allclose(out.result[0], [0.2, 0.2, 0.2], rtol=1e-6)
+  event = dp_events.round_event(out.state)
+  assert event == cn.MatrixFactorizationDpEvent(0.0, cn.strategy_json(strategy))

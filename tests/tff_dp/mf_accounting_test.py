@@ -1,0 +1,177 @@
+"""Correlated-noise accounting: events equal independent dp_accounting."""
+
+import math
+
+import dp_accounting
+from dp_accounting import pld
+from dp_accounting import rdp
+import pytest
+
+from tff_dp import mf_accounting as mfa
+from tff_dp import privacy
+from tff_dp.aggregators import mf_strategy as mf
+
+ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+def _independent(event, delta):
+  """dp_accounting's own accountants (not the ledger's subclasses)."""
+  return (
+    rdp.RdpAccountant(neighboring_relation=ADD_REMOVE)
+    .compose(event)
+    .get_epsilon(delta),
+    pld.PLDAccountant(neighboring_relation=ADD_REMOVE)
+    .compose(event)
+    .get_epsilon(delta),
+  )
+
+
+def test_one_group_one_band_is_dp_fedavgs_ledger_exactly():
+  z, q, rounds, delta = 1.1, 0.05, 40, 1e-5
+  event = mfa.run_event(mf.identity(), z, rounds, mfa.Participation(1, q))
+  ledger = privacy.PrivacyLedger(privacy.Sampling('poisson', 1000, q), delta)
+  for _ in range(rounds):
+    ledger.record(dp_accounting.GaussianDpEvent(z))
+  assert mfa.epsilon(event, delta) == ledger.epsilon()
+
+
+@pytest.mark.parametrize('rounds', [1, 7, 60, 61])
+def test_cyclic_poisson_event_and_epsilon_equal_dp_accounting(rounds):
+  groups, q, z, delta = 4, 0.2, 0.9, 1e-5
+  c = [1.0, 0.6, 0.3]
+  strategy = mf.banded(c)
+  event = mfa.run_event(strategy, z, rounds, mfa.Participation(groups, q))
+  # The theorem's event, built by hand from its statement.
+  kappa = math.sqrt(sum(v * v for v in c[:rounds]))
+  expected = dp_accounting.SelfComposedDpEvent(
+    dp_accounting.PoissonSampledDpEvent(
+      q, dp_accounting.GaussianDpEvent(z / kappa)
+    ),
+    -(-rounds // groups),
+  )
+  assert event.count == expected.count
+  assert event.event.sampling_probability == q
+  assert event.event.event.noise_multiplier == pytest.approx(
+    expected.event.event.noise_multiplier, rel=1e-12
+  )
+  rdp_eps, pld_eps = mfa.epsilon(event, delta)
+  want_rdp, want_pld = _independent(expected, delta)
+  assert rdp_eps == pytest.approx(want_rdp, rel=1e-9)
+  assert pld_eps == pytest.approx(want_pld, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+  'strategy',
+  [mf.banded([1.0, 0.7, 0.5, 0.2]), mf.blt([0.9, 0.4], [0.4, 0.3])],
+  ids=['banded4', 'blt'],
+)
+@pytest.mark.parametrize('groups', [1, 2, 3])
+def test_min_separation_event_is_one_gaussian_over_brute_force_sens(
+  strategy, groups
+):
+  rounds, z, delta = 12, 3.0, 1e-5
+  event = mfa.run_event(strategy, z, rounds, mfa.Participation(groups))
+  sens = mf.brute_force_sensitivity(strategy, rounds, groups)
+  assert isinstance(event, dp_accounting.GaussianDpEvent)
+  assert event.noise_multiplier == pytest.approx(z / sens, rel=1e-12)
+  got = mfa.epsilon(event, delta)
+  want = _independent(dp_accounting.GaussianDpEvent(z / sens), delta)
+  assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_epsilon_grows_with_the_rounds_run():
+  strategy = mf.blt([0.9], [0.5])
+  part = mfa.Participation(2)
+  eps = [
+    mfa.epsilon(mfa.run_event(strategy, 5.0, t, part), 1e-5)[0]
+    for t in (1, 2, 5, 20)
+  ]
+  assert eps == sorted(eps) and eps[0] < eps[-1]
+
+
+def test_correlated_bands_cost_no_more_epsilon_per_visit_than_dp_fedavg():
+  # A unit-norm b-banded C with b groups: ceil(T/b) visits at the group
+  # rate b q, each with multiplier z (kappa = 1).
+  s = mf.optimize_banded(4, 40)
+  event = mfa.run_event(s, 1.0, 40, mfa.Participation(4, 0.2))
+  assert event.count == 10
+  assert event.event.event.noise_multiplier == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+  'call, match',
+  [
+    (lambda: mfa.Participation(0), 'groups must be an integer >= 1'),
+    (lambda: mfa.Participation(2, 1.5), r'\(0, 1\]. Found 1.5'),
+    (
+      lambda: mfa.run_event(
+        mf.blt([0.5], [0.2]), 1.0, 10, mfa.Participation(2, 0.1)
+      ),
+      'needs a banded strategy',
+    ),
+    (
+      lambda: mfa.run_event(
+        mf.banded([1, 0.5, 0.2]), 1.0, 10, mfa.Participation(2, 0.1)
+      ),
+      'bands <= groups. Found 3 bands and 2 groups',
+    ),
+    (
+      lambda: mfa.run_event(mf.identity(), 0.0, 10, mfa.Participation(1)),
+      'noise_multiplier must be finite and > 0',
+    ),
+    (lambda: mfa.group_rate(0.3, 4), r'4 \* 0.3 = 1.2.*at most 3 groups'),
+    (
+      lambda: mfa.calibrate(mf.identity(), 1.0, 1e-5, 0, mfa.Participation(1)),
+      'rounds must be an integer >= 1',
+    ),
+    (
+      lambda: mfa.choose_bands(
+        [8], rounds=50, rate=0.2, target_epsilon=1.0, delta=1e-5
+      ),
+      'No candidate bands',
+    ),
+  ],
+)
+def test_bad_arguments_are_named(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
+
+
+@pytest.mark.parametrize('accountant', ['rdp', 'pld'])
+def test_calibration_meets_the_target_and_no_less_noise_would(accountant):
+  strategy = mf.banded([1.0, 0.5])
+  part = mfa.Participation(2, 0.1)
+  target, delta, rounds = 2.0, 1e-5, 30
+  z = mfa.calibrate(strategy, target, delta, rounds, part, accountant)
+  index = 0 if accountant == 'rdp' else 1
+  eps = lambda z: mfa.epsilon(mfa.run_event(strategy, z, rounds, part), delta)
+  assert eps(z)[index] <= target
+  assert eps(z - 2e-3)[index] > target
+
+
+def test_auto_bands_beat_independent_noise_in_a_many_visit_regime():
+  # Seed 000's regime, shortened: rate 0.1, epsilon 6, 60 rounds.
+  choices = mfa.choose_bands(
+    [1, 2, 4, 8], rounds=60, rate=0.1, target_epsilon=6.0, delta=1e-5
+  )
+  by_bands = {c.bands: c for c in choices}
+  assert set(by_bands) == {1, 2, 4, 8}
+  assert [c.error for c in choices] == sorted(c.error for c in choices)
+  # b = 1 is DP-FedAvg at the same epsilon.
+  dp_fedavg_z = privacy.calibrate_noise_multiplier(
+    6.0, 1e-5, 60, privacy.Sampling('poisson', 1000, 0.1)
+  )
+  assert by_bands[1].noise_multiplier == pytest.approx(dp_fedavg_z, abs=2e-4)
+  assert choices[0].error <= by_bands[1].error
+
+
+def test_the_ledger_refuses_to_compose_correlated_rounds_as_independent():
+  from tff_dp.aggregators import correlated_noise  # pylint: disable=g-import-not-at-top
+
+  event = correlated_noise.MatrixFactorizationDpEvent(
+    1.0, correlated_noise.strategy_json(mf.banded([1.0, 0.5]))
+  )
+  ledger = privacy.PrivacyLedger(privacy.Sampling('poisson', 100, 0.1), 1e-5)
+  ledger.record(event)
+  with pytest.raises(dp_accounting.UnsupportedEventError):
+    ledger.epsilon()

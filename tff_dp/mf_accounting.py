@@ -1,0 +1,301 @@
+"""Privacy accounting of noise correlated across rounds (matrix factorisation).
+
+The mechanism (`aggregators.mf_strategy`): round t releases the clipped sum
+of its cohort plus `z * clip * (C^-1 w)_t`, `w_t` standard Gaussian, for a
+lower-triangular Toeplitz strategy `C`. The stream is a post-processing of
+`C x + z clip w`, one Gaussian mechanism over the whole run, so its
+privacy rests on the L2 sensitivity of `C x` to one client, which depends
+on which rounds a client can join. Both schemas here split the clients
+into `groups` fixed groups (by a public seed; `mf_sampling`) and draw
+round t's cohort from group `t mod groups`, so a client's participations
+are at least `groups` rounds apart. Neighbouring: add or remove one
+client.
+
+* **Cyclic Poisson (amplified banded MF)**, `Participation(groups, rate)`:
+  each member of round t's group joins with probability `rate`. Theorem
+  (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu,
+  "(Amplified) Banded Matrix Factorization: A unified approach to private
+  training", NeurIPS 2023, https://arxiv.org/abs/2306.08153, its
+  amplification theorem for cyclic Poisson sampling): for
+  a lower-triangular `C` with at most `groups` bands (`c_j = 0` for `j >=
+  groups`) whose columns have L2 norm at most `kappa`, the run is as
+  private as DP-SGD's Poisson-sampled Gaussian with noise multiplier
+  `z / kappa` and sampling probability `rate`, composed over the
+  `ceil(rounds / groups)` rounds a group can be visited:
+  `SelfComposedDpEvent(PoissonSampledDpEvent(rate, GaussianDpEvent(z /
+  kappa)), ceil(rounds / groups))`. Conditions checked: a banded strategy
+  (not BLT) with `bands <= groups`; `rate` in (0, 1]; one noise multiplier
+  for every round. One group and one band is DP-FedAvg's own event.
+* **Min-separation without amplification**, `Participation(groups)`: every
+  member of round t's group takes part, so a client joins at most
+  `ceil(rounds / groups)` rounds, `groups` apart; the run is one
+  `GaussianDpEvent(z / sens)` with `sens = mf_strategy.sensitivity(C,
+  rounds, groups)`, the exact maximum over those patterns (for strategies
+  that overlap across the separation, only non-negative, non-increasing
+  columns, where the greedy pattern is proven worst; refused otherwise).
+  Any strategy, BLT included.
+
+After `t` rounds the epsilon is that of the first `t` rounds (the released
+prefix depends only on the first `t` columns of `C`), so `run_event(...,
+rounds=t)` is the ledger's event after round t. Epsilon comes from
+dp_accounting's RDP and PLD accountants on these events, never by hand.
+"""
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import dp_accounting
+
+from tff_dp import privacy
+from tff_dp.aggregators import mf_strategy
+
+_RELATION = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+@dataclasses.dataclass(frozen=True)
+class Participation:
+  """Cyclic participation over `groups` fixed groups of clients.
+
+  Attributes:
+    groups: b >= 1 groups; round t draws from group t mod b.
+    rate: Poisson probability of each member of the round's group (cyclic
+      Poisson, amplified); None: every member takes part (min-separation).
+
+  Raises:
+    ValueError: On `groups` < 1 or `rate` outside (0, 1], naming the value.
+  """
+
+  groups: int
+  rate: Optional[float] = None
+
+  def __post_init__(self):
+    if not isinstance(self.groups, int) or self.groups < 1:
+      raise ValueError(
+        f'groups must be an integer >= 1. Found {self.groups!r}.'
+      )
+    if self.rate is not None and not 0 < self.rate <= 1:
+      raise ValueError(
+        'The within-group sampling rate must be in (0, 1]. Found '
+        f'{self.rate!r}.'
+      )
+
+  @property
+  def amplified(self) -> bool:
+    return self.rate is not None
+
+  def to_dict(self) -> dict:
+    return {
+      'schema': 'cyclic_poisson' if self.amplified else 'min_separation',
+      'groups': self.groups,
+      'rate': self.rate,
+    }
+
+
+def group_rate(rate: float, groups: int) -> float:
+  """The within-group rate whose expected cohort equals Poisson sampling of
+  all clients at `rate`: `rate * groups` (a group holds 1/groups of them).
+
+  Raises:
+    ValueError: If it exceeds 1 (fewer groups, or a lower rate, fit).
+  """
+  q = rate * groups
+  if not 0 < q <= 1:
+    raise ValueError(
+      f'groups * client_sampling_rate must be in (0, 1]: {groups} * {rate!r}'
+      f' = {q!r}. Use at most {int(1 / rate)} groups at this rate.'
+    )
+  return q
+
+
+def sensitivity(
+  strategy: mf_strategy.Strategy, rounds: int, participation: Participation
+) -> float:
+  """The sensitivity the schema's event divides the multiplier by.
+
+  Cyclic Poisson: `kappa`, the largest column norm of `C` over `rounds`.
+  Min-separation: the maximum norm of a sum of columns `groups` apart.
+
+  Raises:
+    ValueError: Where the schema's conditions fail (module docstring).
+  """
+  if participation.amplified:
+    if strategy.kind != mf_strategy.BANDED:
+      raise ValueError(
+        'Cyclic Poisson sampling (amplified banded MF) needs a banded '
+        f'strategy; found {strategy.kind!r}. Use min-separation '
+        'participation (no within-group rate) for BLT.'
+      )
+    if strategy.bands > participation.groups:
+      raise ValueError(
+        f'Amplified banded MF needs bands <= groups. Found {strategy.bands} '
+        f'bands and {participation.groups} groups.'
+      )
+    # Column 0 is the longest; one participation per group visit.
+    return mf_strategy.sensitivity(strategy, rounds, participation.groups, 1)
+  return mf_strategy.sensitivity(strategy, rounds, participation.groups)
+
+
+def run_event(
+  strategy: mf_strategy.Strategy,
+  noise_multiplier: float,
+  rounds: int,
+  participation: Participation,
+) -> dp_accounting.DpEvent:
+  """The DP event of the first `rounds` rounds (module docstring).
+
+  Args:
+    strategy: The strategy `C` (its sensitivity is computed here, so its
+      scale does not matter).
+    noise_multiplier: z, the stddev of each `w_t` coordinate over the clip.
+    rounds: Rounds run so far, >= 1.
+    participation: The schema.
+
+  Raises:
+    ValueError: On a bad argument or a schema whose conditions fail.
+  """
+  if not noise_multiplier > 0 or not math.isfinite(noise_multiplier):
+    raise ValueError(
+      f'noise_multiplier must be finite and > 0. Found {noise_multiplier!r}.'
+    )
+  sens = sensitivity(strategy, rounds, participation)
+  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / sens)
+  if not participation.amplified:
+    return gaussian
+  visits = -(-rounds // participation.groups)
+  sampled = dp_accounting.PoissonSampledDpEvent(participation.rate, gaussian)
+  return dp_accounting.SelfComposedDpEvent(sampled, visits)
+
+
+def epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float, float]:
+  """(RDP epsilon, PLD epsilon) of a `run_event` at `delta`, add/remove-one.
+
+  Raises:
+    ValueError: If `delta` is not in (0, 1).
+  """
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  rdp_eps = privacy.RdpAccountant(neighboring_relation=_RELATION)
+  pld_eps = privacy.PldAccountant(neighboring_relation=_RELATION)
+  return (
+    float(rdp_eps.compose(event).get_epsilon(delta)),
+    float(pld_eps.compose(event).get_epsilon(delta)),
+  )
+
+
+def calibrate(
+  strategy: mf_strategy.Strategy,
+  target_epsilon: float,
+  delta: float,
+  rounds: int,
+  participation: Participation,
+  accountant: str = 'rdp',
+) -> float:
+  """The smallest noise multiplier z whose `rounds` rounds meet (epsilon,
+  delta) by `accountant` ('rdp' or 'pld'); dp_accounting's search to 1e-4.
+
+  Raises:
+    ValueError: On a bad argument (named with its allowed range).
+  """
+  if not target_epsilon > 0 or not math.isfinite(target_epsilon):
+    raise ValueError(
+      f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.'
+    )
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
+  if accountant not in ('rdp', 'pld'):
+    raise ValueError(
+      f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
+    )
+  sensitivity(strategy, rounds, participation)  # The schema's checks, once.
+
+  def event_fn(z):
+    return run_event(strategy, z, rounds, participation)
+
+  z_rdp = float(
+    dp_accounting.calibrate_dp_mechanism(
+      lambda: privacy.RdpAccountant(neighboring_relation=_RELATION),
+      event_fn,
+      target_epsilon,
+      delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0),
+      tol=1e-4,
+    )
+  )
+  if accountant == 'rdp':
+    return z_rdp
+  # PLD is tighter, so its multiplier is below z_rdp; the bracket is
+  # searched downwards from it (the PLD of a tiny multiplier exhausts
+  # memory, as `privacy.calibrate_noise_multiplier` notes).
+  make_pld = lambda: privacy.PldAccountant(neighboring_relation=_RELATION)
+  upper = z_rdp
+  for _ in range(6):
+    lower = upper / 2
+    if make_pld().compose(event_fn(lower)).get_epsilon(delta) > target_epsilon:
+      return float(
+        dp_accounting.calibrate_dp_mechanism(
+          make_pld,
+          event_fn,
+          target_epsilon,
+          delta,
+          bracket_interval=dp_accounting.ExplicitBracketInterval(lower, upper),
+          tol=1e-4,
+        )
+      )
+    upper = lower
+  raise ValueError('PLD calibration found no bracket; use the RDP accountant.')
+
+
+@dataclasses.dataclass(frozen=True)
+class BandChoice:
+  """One candidate of `choose_bands`: its strategy, calibrated multiplier
+  and expected error (mean squared workload error per round, clip 1)."""
+
+  bands: int
+  strategy: mf_strategy.Strategy
+  noise_multiplier: float
+  error: float
+
+
+def choose_bands(
+  candidates: Sequence[int],
+  *,
+  rounds: int,
+  rate: float,
+  target_epsilon: float,
+  delta: float,
+  momentum: float = 0.0,
+  accountant: str = 'rdp',
+) -> list[BandChoice]:
+  """Amplified banded MF at each `bands` in `candidates` (groups = bands,
+  within-group rate `group_rate(rate, bands)`), sorted by expected error:
+  the first is `--bands=auto`'s choice (as the amplified-BandMF paper picks
+  b). Candidates whose group rate would exceed 1 are left out.
+
+  The error of a choice is `z^2 * mf_strategy.expected_error(C, rounds,
+  momentum, bands, 1)` with z calibrated to the target, `C` from
+  `mf_strategy.optimize_banded`: the noise the workload sees per unit
+  clip.
+
+  Raises:
+    ValueError: If no candidate fits the rate, or on a bad argument.
+  """
+  out = []
+  for b in candidates:
+    if b * rate > 1 or b > rounds:
+      continue
+    strategy = mf_strategy.optimize_banded(b, rounds, momentum)
+    participation = Participation(b, group_rate(rate, b))
+    z = calibrate(
+      strategy, target_epsilon, delta, rounds, participation, accountant
+    )
+    err = z**2 * mf_strategy.expected_error(strategy, rounds, momentum, b, 1)
+    out.append(BandChoice(b, strategy, z, err))
+  if not out:
+    raise ValueError(
+      f'No candidate bands {list(candidates)!r} fit the rate {rate!r} '
+      f'(bands * rate <= 1) and the horizon {rounds}.'
+    )
+  return sorted(out, key=lambda c: c.error)
