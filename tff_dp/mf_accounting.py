@@ -197,18 +197,7 @@ def calibrate(
   Raises:
     ValueError: On a bad argument (named with its allowed range).
   """
-  if not target_epsilon > 0 or not math.isfinite(target_epsilon):
-    raise ValueError(
-      f'target_epsilon must be a finite number > 0. Found {target_epsilon!r}.'
-    )
-  if not 0 < delta < 1:
-    raise ValueError(f'delta must be in (0, 1). Found {delta!r}.')
-  if not isinstance(rounds, int) or rounds < 1:
-    raise ValueError(f'rounds must be an integer >= 1. Found {rounds!r}.')
-  if accountant not in ('rdp', 'pld'):
-    raise ValueError(
-      f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
-    )
+  privacy.check_calibration_args(target_epsilon, delta, rounds, accountant)
   sensitivity(strategy, rounds, participation)  # The schema's checks, once.
 
   def event_fn(z):
@@ -226,26 +215,13 @@ def calibrate(
   )
   if accountant == 'rdp':
     return z_rdp
-  # PLD is tighter, so its multiplier is below z_rdp; the bracket is
-  # searched downwards from it (the PLD of a tiny multiplier exhausts
-  # memory, as `privacy.calibrate_noise_multiplier` notes).
-  make_pld = lambda: privacy.PldAccountant(neighboring_relation=_RELATION)
-  upper = z_rdp
-  for _ in range(6):
-    lower = upper / 2
-    if make_pld().compose(event_fn(lower)).get_epsilon(delta) > target_epsilon:
-      return float(
-        dp_accounting.calibrate_dp_mechanism(
-          make_pld,
-          event_fn,
-          target_epsilon,
-          delta,
-          bracket_interval=dp_accounting.ExplicitBracketInterval(lower, upper),
-          tol=1e-4,
-        )
-      )
-    upper = lower
-  raise ValueError('PLD calibration found no bracket; use the RDP accountant.')
+  return privacy.calibrate_pld_below(
+    event_fn,
+    target_epsilon,
+    delta,
+    lambda: privacy.PldAccountant(neighboring_relation=_RELATION),
+    z_rdp,
+  )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -914,13 +914,29 @@ def calibrate_noise_multiplier(
   )
   if accountant == 'rdp':
     return z_rdp
-  return _calibrate_pld(event_fn, target_epsilon, delta, sampling, z_rdp)
+  return calibrate_pld_below(
+    event_fn, target_epsilon, delta, sampling.pld_accountant, z_rdp
+  )
 
 
 def _check_calibration_args(
   target_epsilon, delta, rounds, sampling: Sampling, accountant
 ) -> None:
   """`calibrate_noise_multiplier`'s argument checks.
+
+  Raises:
+    ValueError: Naming the bad argument and its allowed range.
+  """
+  check_calibration_args(target_epsilon, delta, rounds, accountant)
+  if accountant == 'pld' and sampling.mode != 'poisson':
+    raise ValueError(
+      'The PLD accountant supports Poisson sampling only; use '
+      "accountant='rdp' with fixed-size sampling."
+    )
+
+
+def check_calibration_args(target_epsilon, delta, rounds, accountant) -> None:
+  """A calibration's target, delta, rounds and accountant name.
 
   Raises:
     ValueError: Naming the bad argument and its allowed range.
@@ -937,18 +953,13 @@ def _check_calibration_args(
     raise ValueError(
       f"accountant must be 'rdp' or 'pld'. Found {accountant!r}."
     )
-  if accountant == 'pld' and sampling.mode != 'poisson':
-    raise ValueError(
-      'The PLD accountant supports Poisson sampling only; use '
-      "accountant='rdp' with fixed-size sampling."
-    )
 
 
-def _calibrate_pld(
+def calibrate_pld_below(
   event_fn: Callable[[float], dp_accounting.DpEvent],
   target_epsilon: float,
   delta: float,
-  sampling: Sampling,
+  make_accountant: Callable[[], pld.PLDAccountant],
   z_rdp: float,
 ) -> float:
   """The PLD accountant's multiplier, searched below the RDP one `z_rdp`.
@@ -961,11 +972,11 @@ def _calibrate_pld(
   upper = z_rdp
   for _ in range(6):
     lower = upper / 2
-    eps_lower = pld_epsilon(event_fn(lower), delta)
+    eps_lower = make_accountant().compose(event_fn(lower)).get_epsilon(delta)
     if eps_lower > target_epsilon:
       return float(
         dp_accounting.calibrate_dp_mechanism(
-          sampling.pld_accountant,
+          make_accountant,
           event_fn,
           target_epsilon,
           delta,
