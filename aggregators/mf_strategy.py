@@ -109,10 +109,13 @@ class Strategy:
     return _toeplitz(self.column(horizon))
 
   def noise(self, draws: np.ndarray) -> np.ndarray:
-    """`C^-1 w` for draws `w` of shape (rounds, ...), streamed round by
-    round as the aggregator does (`StreamingNoise`)."""
-    stream = StreamingNoise(self)
-    return np.stack([stream.next(w) for w in np.asarray(draws, np.float64)])
+    """`C^-1 w` for draws `w` of shape (rounds, ...): the NumPy reference of
+    what `aggregators.correlated_noise` streams round by round."""
+    w = np.asarray(draws, np.float64)
+    if self.kind == BANDED:
+      return signal.lfilter([1.0], self.coefficients, w, axis=0)
+    num, den = _blt_transfer(self.theta, self.omega)
+    return signal.lfilter(den, num, w, axis=0)
 
   def to_dict(self) -> dict:
     """JSON-ready: what the run's summary records."""
@@ -172,40 +175,6 @@ def blt(theta: Sequence[float], omega: Sequence[float]) -> Strategy:
 def identity() -> Strategy:
   """`C = I`: independent noise each round (DP-FedAvg)."""
   return banded([1.0])
-
-
-class StreamingNoise:
-  """`y_t = (C^-1 w)_t`, one round at a time, with the state the
-  aggregator keeps (NumPy reference of its TF implementation).
-
-  Banded: the last `bands - 1` outputs. BLT: one buffer per theta,
-  `s_i = sum_{k>=1} theta_i^(k-1) y_{t-k}`, so that `y_t = w_t - sum_i
-  omega_i s_i`.
-  """
-
-  def __init__(self, strategy: Strategy):
-    self._s = strategy
-    self._history: list[np.ndarray] = []
-    self._buffers: Optional[np.ndarray] = None
-
-  def next(self, w: np.ndarray) -> np.ndarray:
-    s = self._s
-    if s.kind == BANDED:
-      c = s.coefficients
-      y = np.array(w, np.float64)
-      for j, prev in enumerate(reversed(self._history), start=1):
-        y = y - c[j] * prev
-      y = y / c[0]
-      if len(c) > 1:
-        self._history = (self._history + [y])[-(len(c) - 1) :]
-      return y
-    if self._buffers is None:
-      self._buffers = np.zeros((len(s.theta),) + np.shape(w))
-    theta = np.reshape(s.theta, (-1,) + (1,) * np.ndim(w))
-    omega = np.reshape(s.omega, (-1,) + (1,) * np.ndim(w))
-    y = np.asarray(w, np.float64) - np.sum(omega * self._buffers, axis=0)
-    self._buffers = theta * self._buffers + y
-    return y
 
 
 def sensitivity(
