@@ -203,24 +203,13 @@ def calibrate(
   def event_fn(z):
     return run_event(strategy, z, rounds, participation)
 
-  z_rdp = float(
-    dp_accounting.calibrate_dp_mechanism(
-      lambda: privacy.RdpAccountant(neighboring_relation=_RELATION),
-      event_fn,
-      target_epsilon,
-      delta,
-      bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0),
-      tol=1e-4,
-    )
-  )
-  if accountant == 'rdp':
-    return z_rdp
-  return privacy.calibrate_pld_below(
+  return privacy.calibrate_event(
     event_fn,
     target_epsilon,
     delta,
+    accountant,
+    lambda: privacy.RdpAccountant(neighboring_relation=_RELATION),
     lambda: privacy.PldAccountant(neighboring_relation=_RELATION),
-    z_rdp,
   )
 
 

@@ -902,9 +902,31 @@ def calibrate_noise_multiplier(
         "accountant='rdp'."
       )
 
+  return calibrate_event(
+    event_fn,
+    target_epsilon,
+    delta,
+    accountant,
+    sampling.rdp_accountant,
+    sampling.pld_accountant,
+  )
+
+
+def calibrate_event(
+  event_fn: Callable[[float], dp_accounting.DpEvent],
+  target_epsilon: float,
+  delta: float,
+  accountant: str,
+  make_rdp: Callable[[], rdp.RdpAccountant],
+  make_pld: Callable[[], pld.PLDAccountant],
+) -> float:
+  """The smallest z with `event_fn(z)` within (target_epsilon, delta):
+  dp_accounting's search to 1e-4 with `make_rdp`'s accountant, then, for
+  `accountant='pld'`, with `make_pld`'s below the RDP multiplier
+  (`calibrate_pld_below`). Arguments checked by the callers."""
   z_rdp = float(
     dp_accounting.calibrate_dp_mechanism(
-      sampling.rdp_accountant,
+      make_rdp,
       event_fn,
       target_epsilon,
       delta,
@@ -914,9 +936,7 @@ def calibrate_noise_multiplier(
   )
   if accountant == 'rdp':
     return z_rdp
-  return calibrate_pld_below(
-    event_fn, target_epsilon, delta, sampling.pld_accountant, z_rdp
-  )
+  return calibrate_pld_below(event_fn, target_epsilon, delta, make_pld, z_rdp)
 
 
 def _check_calibration_args(
