@@ -109,3 +109,47 @@ def test_tffs_dp_factory_carries_the_query_and_its_event():
   np.testing.assert_allclose(out.result[0], [0.2, 0.2, 0.2], rtol=1e-6)
   event = dp_events.round_event(out.state)
   assert event == cn.MatrixFactorizationDpEvent(0.0, cn.strategy_json(strategy))
+
+
+def _release(query, records):
+  """One round's release of `records` from the initial state."""
+  state = query.initial_global_state()
+  params = query.derive_sample_params(state)
+  sample = query.initial_sample_state(
+    tf.nest.map_structure(tf.zeros_like, records[0])
+  )
+  for r in records:
+    sample = query.accumulate_record(params, sample, r)
+  result, _, _ = query.get_noised_result(sample, state)
+  return tf.nest.map_structure(np.asarray, result)
+
+
+@pytest.mark.parametrize('bad', [1e6, float('nan'), float('inf')])
+def test_one_adversarial_client_moves_the_release_by_at_most_the_clip(bad):
+  # The McMahan CNN's size; the sensitivity the ledger assumes is the clip.
+  d = 1_663_370
+  specs = [tf.TensorSpec([d], tf.float32)]
+  strategy = mf.banded([1.0, 0.5, 0.25])
+  query = cn.CorrelatedGaussianSumQuery(0.5, 0.0, strategy, specs, SEED)
+  rng = np.random.default_rng(4)
+  honest = [[tf.constant(rng.normal(size=d) * 1e-3, tf.float32)]]
+  attacker = np.full(d, bad, np.float32)
+  attacker[::2] = -1e6  # Large entries of both signs.
+  without = _release(query, honest)[0]
+  with_it = _release(query, honest + [[tf.constant(attacker)]])[0]
+  moved = np.linalg.norm(with_it.astype(np.float64) - without)
+  assert np.all(np.isfinite(with_it))
+  assert moved <= 0.5 * (1 + 1e-5)
+
+
+def test_the_first_rounds_noise_has_the_stated_stddev():
+  # y_0 = w_0 / c_0: with a unit c_0, stddev per coordinate as stated.
+  d = 200_000
+  specs = [tf.TensorSpec([d], tf.float32)]
+  query = cn.CorrelatedGaussianSumQuery(
+    CLIP, STDDEV, mf.banded([1.0, 0.5]), specs, SEED
+  )
+  noise = _release(query, [[tf.zeros([d])]])[0].astype(np.float64)
+  # Sample stddev's standard error: stddev / sqrt(2 d).
+  assert abs(noise.std() - STDDEV) <= 4 * STDDEV / np.sqrt(2 * d)
+  assert abs(noise.mean()) <= 4 * STDDEV / np.sqrt(d)
