@@ -16,7 +16,9 @@ import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import mf_strategy
 from tff_dp.aggregators import weighting
 
 
@@ -63,6 +65,53 @@ class DPFactory(
     dp: The inner aggregation's measurements (empty for TFF's
       `SumFactory`; `SecureSumFactory`'s clipped counts and thresholds).
   """
+
+
+class CorrelatedDPFactory(DPFactory):
+  """`DPFactory` whose noise is correlated across rounds (DP-MF).
+
+  The query (`correlated_noise.CorrelatedGaussianSumQuery`, normalised by
+  the public expected cohort) keeps past noise of the value's shape in its
+  state, so it is built in `create` from the value type; everything else
+  is `DPFactory`'s contract, with the round's event a
+  `correlated_noise.MatrixFactorizationDpEvent`, accounted over the whole
+  run by `tff_dp.mf_accounting`. Built by `gaussian_fixed(...,
+  noise=strategy)`.
+  """
+
+  def __init__(
+    self,
+    clip: float,
+    stddev: float,
+    strategy: mf_strategy.Strategy,
+    clients_per_round: float,
+    noise_seed: dp_queries.NoiseSeed,
+    record_aggregation_factory,
+  ):
+    self._mf_args = (clip, stddev, strategy, noise_seed)
+    self._denominator = float(clients_per_round)
+    # A query of the right class for `DifferentiallyPrivateFactory`'s check;
+    # `create` builds the one of the value's shape.
+    super().__init__(self._build_query([]), record_aggregation_factory)
+
+  @property
+  def strategy(self) -> mf_strategy.Strategy:
+    return self._mf_args[2]
+
+  def _build_query(self, specs):
+    clip, stddev, strategy, seed = self._mf_args
+    return tfp.NormalizedQuery(
+      correlated_noise.CorrelatedGaussianSumQuery(
+        clip, stddev, strategy, specs, seed
+      ),
+      denominator=self._denominator,
+    )
+
+  def create(self, value_type):
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    return DPFactory(
+      self._build_query(specs), self._record_aggregation_factory
+    ).create(value_type)
 
 
 def _check(name: str, value, *, positive: bool) -> None:
@@ -140,6 +189,7 @@ def gaussian_fixed(
   *,
   noise_seed: dp_queries.NoiseSeed = None,
   clipped_fraction_stddev: Optional[float] = None,
+  noise: Optional[mf_strategy.Strategy] = None,
   record_aggregation_factory: Optional[
     tff.aggregators.UnweightedAggregationFactory
   ] = None,
@@ -169,6 +219,12 @@ def gaussian_fixed(
       multiplier is then raised as adaptive clipping's is (1/z^2 =
       1/z_sum^2 + (2 sigma_b)^-2), so `noise_multiplier` stays the
       effective one.
+    noise: None (default): noise independent across rounds. An
+      `mf_strategy.Strategy` (`optimize_banded`, `optimize_blt`): noise
+      correlated across rounds, `noise_multiplier * clip * (C^-1 w)_t`
+      (`CorrelatedDPFactory`); the run must then be accounted with a
+      cyclic participation schema (`tff_dp.mf_accounting`). Not with
+      `clipped_fraction_stddev`.
     record_aggregation_factory: Inner sum (default `tff.aggregators.
       SumFactory`); `tff.aggregators.SecureSumFactory` for secure sum.
 
@@ -181,6 +237,25 @@ def gaussian_fixed(
   _check('noise_multiplier', noise_multiplier, positive=False)
   _check('clients_per_round', clients_per_round, positive=True)
   _check('clip', clip, positive=True)
+  if noise is not None:
+    if not isinstance(noise, mf_strategy.Strategy):
+      raise ValueError(
+        'noise must be None or an mf_strategy.Strategy. Found '
+        f'{type(noise).__name__}: {noise!r}.'
+      )
+    if clipped_fraction_stddev is not None:
+      raise ValueError(
+        'clipped_fraction_stddev is not supported with correlated noise '
+        '(its release would need its own accounting). Pass one of them.'
+      )
+    return CorrelatedDPFactory(
+      clip,
+      clip * noise_multiplier,
+      noise,
+      clients_per_round,
+      noise_seed,
+      record_aggregation_factory,
+    )
   if clipped_fraction_stddev is not None:
     _check_fraction_stddev(noise_multiplier, clipped_fraction_stddev)
     value_z, count_stddev = _tff_private.adaptive_clip_noise_params(

@@ -321,6 +321,58 @@ def optimize_banded(
   return banded(c / np.linalg.norm(c))
 
 
+def optimize_blt(
+  buffers: int,
+  horizon: int,
+  momentum: float = 0.0,
+  separation: int = 1,
+  max_participations: Optional[int] = None,
+) -> Strategy:
+  """The `buffers`-buffer BLT strategy minimising `expected_error` under
+  min-separation participation (`separation`, `max_participations`).
+
+  The search keeps the column non-negative and non-increasing (every
+  theta in (0, 1), every omega >= 0, their sum <= 1), where `sensitivity`'s
+  greedy pattern is proven worst: theta_i = sigmoid(a_i), omega_i =
+  sigmoid(b_i) / buffers. Nelder-Mead from three spreads of decays (the
+  best kept); deterministic.
+
+  Raises:
+    ValueError: On a bad argument, naming it.
+  """
+  if not isinstance(buffers, int) or buffers < 1:
+    raise ValueError(f'buffers must be an integer >= 1. Found {buffers!r}.')
+  _check_horizon(horizon)
+
+  def strategy_of(x):
+    a, b = np.clip(x[:buffers], -40, 40), np.clip(x[buffers:], -40, 40)
+    theta = 1.0 / (1.0 + np.exp(-a))
+    omega = 1.0 / (1.0 + np.exp(-b)) / buffers
+    return blt(np.minimum(theta, 1 - 1e-9), omega)
+
+  def loss(x):
+    s = strategy_of(x)
+    return math.log(
+      expected_error(s, horizon, momentum, separation, max_participations)
+    )
+
+  best = None
+  for top in (0.9, 0.99, 0.999):
+    theta0 = np.linspace(top, 0.5, buffers) if buffers > 1 else [top]
+    x0 = np.concatenate(
+      [np.log(np.array(theta0) / (1 - np.array(theta0))), np.zeros(buffers)]
+    )
+    res = optimize.minimize(
+      loss,
+      x0,
+      method='Nelder-Mead',
+      options={'maxiter': 400 * buffers, 'xatol': 1e-6, 'fatol': 1e-9},
+    )
+    if best is None or res.fun < best.fun:
+      best = res
+  return strategy_of(best.x)
+
+
 def _pattern_norm(c: np.ndarray, pattern: list[int]) -> float:
   n = len(c)
   total = np.zeros(n)

@@ -25,6 +25,8 @@ from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import correlated_noise
+from tff_dp.aggregators import mf_strategy
 from tff_dp.client_works import blur
 from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
@@ -132,8 +134,32 @@ def _adaptive_merged(state, metrics, factory):
   return [dp_accounting.GaussianDpEvent(sum(inverse_squares) ** -0.5)]
 
 
+_BANDED = mf_strategy.optimize_banded(2, 10)
+_BLT = mf_strategy.optimize_blt(2, 10, separation=2)
+
+
+def _mf(z, strategy):
+  return correlated_noise.MatrixFactorizationDpEvent(
+    z, correlated_noise.strategy_json(strategy)
+  )
+
+
 # name: (factory, event reader, the events that must come back).
 _FACTORIES = {
+  'gaussian_fixed_banded_mf': (
+    lambda z: dp_fedavg.gaussian_fixed(
+      z, _CLIENTS, 1.0, noise_seed=1, noise=_BANDED
+    ),
+    _in_state,
+    [_mf(_Z, _BANDED)],
+  ),
+  'gaussian_fixed_blt': (
+    lambda z: dp_fedavg.gaussian_fixed(
+      z, _CLIENTS, 1.0, noise_seed=1, noise=_BLT
+    ),
+    _in_state,
+    [_mf(_Z, _BLT)],
+  ),
   'gaussian_fixed': (
     lambda z: dp_fedavg.gaussian_fixed(z, _CLIENTS, 1.0, noise_seed=1),
     _in_state,

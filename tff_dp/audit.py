@@ -98,10 +98,12 @@ import tensorflow_privacy as tfp
 
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import finite_guard
+from tff_dp.aggregators import mf_strategy
 
 # Canaries' norm over the clip in `audit_method`: far enough beyond the
 # clip that a missing clip shifts them three times the allowed distance.
@@ -802,6 +804,7 @@ def noise_reuse_check(
   shape: Optional[Sequence[int]] = None,
   alpha: float = 1e-3,
   probe: Optional[Probe] = None,
+  strategy: Optional[mf_strategy.Strategy] = None,
 ) -> NoiseReuseResult:
   """Checks that an aggregator's process draws fresh noise every round.
 
@@ -830,6 +833,12 @@ def noise_reuse_check(
     shape: The tensor shape (default `[dim]`).
     alpha: The false-alarm probability for fresh noise, in (0, 1).
     probe: Where the check looks (default: each round's result).
+    strategy: For noise correlated across rounds by design
+      (`mf_strategy.Strategy`, `dp_fedavg.gaussian_fixed(noise=...)`): the
+      residuals are whitened by C first (row t becomes `sum_j C[t, j]
+      r_j`, the fresh draw `w_t` of a correct stream), so the correlation
+      the strategy puts in passes and a stream whose draws repeat is
+      still caught. Default None: the rounds' noise must be independent.
 
   Returns:
     A `NoiseReuseResult`; `reused` is the verdict. A round whose residual
@@ -852,6 +861,10 @@ def noise_reuse_check(
   basis, kept = _canary_span(images)
   releases, _ = _run_rounds(aggregator, shape, cohorts, probe, None)
   residuals = [r - basis @ (basis.T @ r) for r in releases]
+  if strategy is not None:
+    # The projection is the same linear map every round, so whitening
+    # after it is whitening the releases' noise.
+    residuals = list(strategy.matrix(rounds) @ np.stack(residuals))
   corr, z = _pairwise_statistics(residuals, kept)
   pairs = rounds * (rounds - 1) // 2
   threshold = float(stats.norm.isf(alpha / (2 * pairs)))
@@ -989,6 +1002,54 @@ def planted_dp_fedavg(
     denominator=float(clients_per_round),
   )
   return dp_fedavg.DPFactory(query)
+
+
+class _ReusedCorrelatedQuery(correlated_noise.CorrelatedGaussianSumQuery):
+  """The correlated-noise query with its seed never advanced: the same
+  draw `w` every round, correlated by `C^-1` as a correct stream is."""
+
+  def get_noised_result(self, sample_state, global_state):
+    result, new_state, event = super().get_noised_result(
+      sample_state, global_state
+    )
+    return result, new_state._replace(seed=global_state.seed), event
+
+
+class _PlantedCorrelatedFactory(dp_fedavg.CorrelatedDPFactory):
+  def _build_query(self, specs):
+    clip, stddev, strategy, seed = self._mf_args
+    return tfp.NormalizedQuery(
+      _ReusedCorrelatedQuery(clip, stddev, strategy, specs, seed),
+      denominator=self._denominator,
+    )
+
+
+def planted_correlated_reuse(
+  strategy: mf_strategy.Strategy,
+  noise_multiplier: float,
+  clients_per_round: float,
+  clip: float,
+  *,
+  noise_seed: dp_queries.NoiseSeed = None,
+) -> dp_fedavg.DPFactory:
+  """`dp_fedavg.gaussian_fixed(..., noise=strategy)` whose noise seed
+  never advances (one draw repeated through `C^-1`), its event the correct
+  one: what `noise_reuse_check(..., strategy=strategy)` must catch.
+
+  Raises:
+    ValueError: On a bad argument (as `gaussian_fixed`).
+  """
+  dp_fedavg.gaussian_fixed(
+    noise_multiplier, clients_per_round, clip, noise=strategy
+  )
+  return _PlantedCorrelatedFactory(
+    clip,
+    clip * noise_multiplier,
+    strategy,
+    clients_per_round,
+    noise_seed,
+    None,
+  )
 
 
 def planted_method(bug: str) -> methods_lib.Method:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from absl import logging
 
 from tff_dp import methods as methods_lib
+from tff_dp import noise_plan
 from tff_dp.methods import settings
 
 # Settings that say where and how fast a run goes, or what it may do, not
@@ -112,6 +113,15 @@ class ExperimentConfig(settings.RunSettings):
     if self.target_epsilon is not None and self.delta is None:
       raise ValueError('target_epsilon needs delta: set --delta in (0, 1).')
     method = methods_lib.METHODS[self.method]
+    noise_plan.check(self)
+    if self.noise != 'iid' and not (method.private and method.correlated_noise):
+      supported = sorted(
+        name for name, m in methods_lib.METHODS.items() if m.correlated_noise
+      )
+      raise ValueError(
+        f'--noise={self.noise} is not supported by method {self.method!r}; '
+        f'methods with correlated noise: {supported}.'
+      )
     self.options.check_run(self)
     if self.clip_from_public_round:
       if not method.public_round_clip:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
+from tff_dp.aggregators import mf_strategy
 from tff_dp.experiment_config import EXECUTION_ONLY
 from tff_dp.experiment_config import ExperimentConfig
 from tff_dp.experiment_config import noise_seed_status
@@ -422,7 +423,7 @@ def _release_section(config, task) -> dict:
 
 
 def privacy_section(
-  config, task, method, sampling, ledger, noise_seed_clash=None
+  config, task, method, sampling, ledger, noise_seed_clash=None, noise=None
 ) -> dict:
   """The summary's account of what the run's guarantee covers.
 
@@ -435,6 +436,7 @@ def privacy_section(
     noise_seed_clash: The run folder that used this noise seed for another
       configuration (`noise_seeds.check_and_register` with
       --allow_noise_seed_reuse), if any.
+    noise: The run's `noise_plan.NoisePlan` (`--bands=auto`'s candidates).
   """
   if ledger is None:
     return {
@@ -443,11 +445,10 @@ def privacy_section(
       'tuning_outside_ledger': tuning_outside_ledger(config, method),
     }
   eps_rdp, eps_pld = ledger.epsilon() if ledger.rounds else (0.0, 0.0)
-  relation = (
-    'add/remove one client (Poisson sampling)'
-    if sampling.mode == 'poisson'
-    else 'replace one client (fixed-size sampling; sensitivity 2 x clip)'
-  )
+  relation = {
+    'poisson': 'add/remove one client (Poisson sampling)',
+    'fixed': 'replace one client (fixed-size sampling; sensitivity 2 x clip)',
+  }.get(sampling.mode, f'add/remove one client ({sampling.mode} sampling)')
   section = {
     'private': True,
     'unit': "client-level: all of one client's data",
@@ -473,7 +474,37 @@ def privacy_section(
     'tuning_outside_ledger': tuning_outside_ledger(config, method)
     + _client_test_tuning(config, task),
   }
+  if sampling.cyclic:
+    section['noise_across_rounds'] = noise_across_rounds(ledger, noise)
   return section
+
+
+def noise_across_rounds(ledger, noise=None) -> dict:
+  """The summary's account of a cyclic run's noise: the strategy the ledger
+  recorded, its participation schema and the sensitivity its event divides
+  by (`tff_dp.mf_accounting`), and `--bands=auto`'s candidates."""
+  from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
+
+  sampling = ledger.sampling
+  out = {
+    'participation': sampling.participation().to_dict(),
+    'rounds': ledger.rounds,
+  }
+  if ledger.rounds:
+    strategy, z = privacy.correlated_round(ledger.events[0])
+    out.update(
+      {
+        'noise': 'iid' if strategy == mf_strategy.identity() else 'correlated',
+        'strategy': strategy.to_dict(),
+        'noise_multiplier': z,
+        'sensitivity': mf_accounting.sensitivity(
+          strategy, ledger.rounds, sampling.participation()
+        ),
+      }
+    )
+  if noise is not None and noise.choices:
+    out['auto_bands_candidates'] = noise.to_dict()['auto_bands_candidates']
+  return out
 
 
 def _client_test_tuning(config, task) -> list[str]:

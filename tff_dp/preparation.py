@@ -13,6 +13,7 @@ from tff_dp import contexts
 from tff_dp import distributed
 from tff_dp import fusion
 from tff_dp import methods as methods_lib
+from tff_dp import noise_plan
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 from tff_dp.aggregators import finite_guard
@@ -35,6 +36,8 @@ class Prepared:
   # The model aggregator the process was built with: the round's DP event
   # is read through it (`dp_events.released_event`).
   aggregator: Any = None
+  # The strategy and groups of --noise / --participation.
+  noise: noise_plan.NoisePlan = noise_plan.NoisePlan()
 
   def round_data(
     self, config: 'ExperimentConfig', client_ids: list[str], shuffle_seed: int
@@ -64,13 +67,14 @@ def prepare(config: ExperimentConfig) -> Prepared:
     **dict(config.task_kwargs),
   )
   num_clients = len(task.train_data.client_ids)
-  sampling = sampling_for(config, num_clients, method.private)
   delta = None
   if method.private:
     delta = (
       config.delta if config.delta is not None else min(1e-5, 1.0 / num_clients)
     )
-  params = method_params(config, method, task, sampling, delta)
+  plan = noise_plan.resolve(config, num_clients, delta)
+  sampling = sampling_for(config, num_clients, method.private, plan.groups)
+  params = method_params(config, method, task, sampling, delta, plan)
   cost = method.cost(params)
   logging.info(
     'Task: %s | method: %s | sampling: %s | %d params | '
@@ -86,7 +90,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
   set_context(config)
   aggregator, process = build_process(config, method, task, params)
   return Prepared(
-    task, method, params, sampling, delta, cost, process, aggregator
+    task, method, params, sampling, delta, cost, process, aggregator, plan
   )
 
 
@@ -96,6 +100,7 @@ def method_params(
   task: tasks_lib.FederatedTask,
   sampling: privacy.Sampling,
   delta: Optional[float],
+  plan: Optional[noise_plan.NoisePlan] = None,
 ) -> methods_lib.MethodParams:
   """The builders' params: the config's, then what the method resolves
   from the sampling, the noise multiplier (calibrated to the target
@@ -104,6 +109,7 @@ def method_params(
     config.flat(),
     num_model_params=task.num_parameters(),
     expected_clients_per_round=sampling.expected_clients_per_round,
+    noise_strategy=None if plan is None else plan.strategy,
   )
   if method.resolve is not None:
     params = method.resolve(params, sampling)

@@ -65,10 +65,16 @@ from dp_accounting import rdp
 import numpy as np
 from scipy import special
 
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_events
+from tff_dp.aggregators import mf_strategy
 
-SAMPLING_MODES = ('poisson', 'fixed')
+SAMPLING_MODES = ('poisson', 'fixed', 'cyclic_poisson', 'cyclic')
+# Clients split into fixed groups, round t drawing from group t mod groups:
+# the participation schemas of noise correlated across rounds
+# (`tff_dp.mf_accounting`).
+CYCLIC_MODES = ('cyclic_poisson', 'cyclic')
 _EVENT_TYPES = {
   cls.__name__: cls
   for cls in (
@@ -83,6 +89,7 @@ _EVENT_TYPES = {
     dp_accounting.SampledWithReplacementDpEvent,
     dp_accounting.UnsupportedDpEvent,
     ddgauss.DiscreteGaussianSumDpEvent,
+    correlated_noise.MatrixFactorizationDpEvent,
   )
 }
 # Events known only by an upper bound on their RDP curve (a theorem, not
@@ -241,21 +248,32 @@ class Sampling:
   """How clients are sampled each round.
 
   Attributes:
-    mode: 'poisson' (probability `rate` each) or 'fixed' (`clients_per_round`
-      uniformly without replacement).
+    mode: 'poisson' (each client with probability `rate`), 'fixed'
+      (`clients_per_round` uniformly without replacement), or one of the
+      cyclic modes, where the clients are split into `groups` fixed groups
+      (by a public seed: `tff_dp.sampling.partition`) and round t draws
+      each member of group (t - 1) mod `groups` with probability `rate`:
+      'cyclic_poisson' accounts that Poisson draw (amplified banded MF),
+      'cyclic' does not (min-separation: a client joins at most one round
+      in `groups`, nothing more is assumed). Both are accounted by
+      `tff_dp.mf_accounting`, with noise independent across rounds or
+      correlated (`MatrixFactorizationDpEvent`).
     num_clients: Size of the client population N.
-    rate: Poisson sampling probability q in (0, 1] (mode 'poisson').
+    rate: Poisson sampling probability q in (0, 1] (mode 'poisson'); the
+      within-group probability (cyclic modes).
     clients_per_round: Cohort size m in [1, N] (mode 'fixed').
+    groups: The number of groups b, in [1, N] (cyclic modes).
 
   Raises:
-    ValueError: On a bad mode, population, rate or cohort size, naming it
-      and its allowed range.
+    ValueError: On a bad mode, population, rate, cohort size or number of
+      groups, naming it and its allowed range.
   """
 
   mode: str
   num_clients: int
   rate: Optional[float] = None
   clients_per_round: Optional[int] = None
+  groups: Optional[int] = None
 
   def __post_init__(self):
     if self.mode not in SAMPLING_MODES:
@@ -267,25 +285,120 @@ class Sampling:
       raise ValueError(
         f'num_clients must be an integer >= 1. Found {self.num_clients!r}.'
       )
-    if self.mode == 'poisson':
-      if self.rate is None or not 0 < self.rate <= 1:
-        raise ValueError(
-          'client_sampling_rate must be in (0, 1]. Found ' f'{self.rate!r}.'
-        )
-    else:
+    if self.mode == 'fixed':
       m = self.clients_per_round
       if not isinstance(m, int) or not 1 <= m <= self.num_clients:
         raise ValueError(
           f'clients_per_round must be an integer in [1, '
           f'{self.num_clients}]. Found {m!r}.'
         )
+      return
+    what = 'within-group sampling rate' if self.cyclic else 'rate'
+    if self.rate is None or not 0 < self.rate <= 1:
+      raise ValueError(
+        f'client_sampling_rate ({what}) must be in (0, 1]. Found '
+        f'{self.rate!r}.'
+      )
+    if self.cyclic:
+      b = self.groups
+      if not isinstance(b, int) or not 1 <= b <= self.num_clients:
+        raise ValueError(
+          f'participation groups must be an integer in [1, '
+          f'{self.num_clients}] (the number of clients). Found {b!r}.'
+        )
+
+  @property
+  def cyclic(self) -> bool:
+    """Whether clients are drawn from fixed groups in turn."""
+    return self.mode in CYCLIC_MODES
 
   @property
   def expected_clients_per_round(self) -> float:
-    """q N for Poisson sampling, m for fixed-size sampling."""
+    """q N for Poisson sampling, q N / b for the cyclic modes, m for
+    fixed-size sampling."""
     if self.mode == 'poisson':
       return self.rate * self.num_clients
+    if self.cyclic:
+      return self.rate * self.num_clients / self.groups
     return float(self.clients_per_round)
+
+  def participation(self):
+    """The cyclic modes' `mf_accounting.Participation`.
+
+    Raises:
+      ValueError: For a mode that is not cyclic.
+    """
+    from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
+
+    if not self.cyclic:
+      raise ValueError(f'Sampling mode {self.mode!r} is not cyclic.')
+    rate = self.rate if self.mode == 'cyclic_poisson' else None
+    return mf_accounting.Participation(self.groups, rate)
+
+  def run_event(
+    self, event: dp_accounting.DpEvent, rounds: int
+  ) -> dp_accounting.DpEvent:
+    """The event of `rounds` rounds that each released `event`.
+
+    Poisson and fixed-size sampling: `SelfComposedDpEvent(wrap(event),
+    rounds)`. Cyclic modes: the whole run's event (`tff_dp.mf_accounting.
+    run_event`) of the round event's strategy and multiplier
+    (`correlated_round`); a run with no noise is non-private.
+
+    Raises:
+      dp_accounting.UnsupportedEventError: For a cyclic mode and an event
+        that is neither Gaussian nor correlated Gaussian.
+      ValueError: Where a cyclic schema's conditions fail.
+    """
+    if not self.cyclic:
+      return dp_accounting.SelfComposedDpEvent(self.wrap(event), rounds)
+    from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
+
+    round_event = self.round_event(event)
+    if isinstance(round_event, dp_accounting.NoOpDpEvent):
+      return round_event
+    strategy, z = correlated_round(round_event)
+    if z == 0:
+      return dp_accounting.NonPrivateDpEvent()
+    return mf_accounting.run_event(strategy, z, rounds, self.participation())
+
+  def round_event(self, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """The form the ledger records a round's event in (`wrap` for Poisson
+    and fixed-size sampling; for the cyclic modes the Gaussians merged,
+    unsampled: the run, not the round, is sampled).
+
+    Raises:
+      dp_accounting.UnsupportedEventError: For a cyclic mode and an event
+        that is neither Gaussian nor correlated Gaussian, or correlated
+        noise under a sampling that is not cyclic.
+      ValueError: If a Gaussian's multiplier is NaN or negative.
+    """
+    if not self.cyclic:
+      if _contains(event, correlated_noise.MatrixFactorizationDpEvent):
+        raise dp_accounting.UnsupportedEventError(
+          'Noise correlated across rounds (MatrixFactorizationDpEvent) is '
+          'one mechanism over the whole run, not independent rounds: it '
+          "needs a cyclic participation schema ('cyclic_poisson', or "
+          "'cyclic' for min-separation; groups 1 allows any pattern). "
+          f'Found sampling mode {self.mode!r}.'
+        )
+      return self.wrap(event)
+    check_event(event)
+    event = merge_gaussians(event)
+    if not isinstance(
+      event,
+      (
+        dp_accounting.GaussianDpEvent,
+        dp_accounting.NoOpDpEvent,
+        correlated_noise.MatrixFactorizationDpEvent,
+      ),
+    ):
+      raise dp_accounting.UnsupportedEventError(
+        f'Cyclic participation ({self.mode!r}) accounts Gaussian rounds, '
+        'independent or correlated (MatrixFactorizationDpEvent), only. '
+        f'Found {event}.'
+      )
+    return event
 
   def wrap(self, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     """The round's event under this sampling (Gaussians merged first).
@@ -310,6 +423,11 @@ class Sampling:
       ValueError: If a Gaussian's multiplier is NaN or negative
         (`check_event`).
     """
+    if self.cyclic:
+      raise ValueError(
+        f'Sampling mode {self.mode!r} samples the run, not the round: use '
+        '`run_event`.'
+      )
     check_event(event)
     event = merge_gaussians(event)
     if isinstance(
@@ -325,21 +443,47 @@ class Sampling:
   def rdp_accountant(self) -> rdp.RdpAccountant:
     """dp_accounting's RDP accountant for this relation, with `CURVE_EVENTS`."""
     relation = (
-      dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-      if self.mode == 'poisson'
-      else dp_accounting.NeighboringRelation.REPLACE_ONE
+      dp_accounting.NeighboringRelation.REPLACE_ONE
+      if self.mode == 'fixed'
+      else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     )
     return RdpAccountant(neighboring_relation=relation)
 
   def pld_accountant(self) -> Optional[pld.PLDAccountant]:
-    """dp_accounting's PLD accountant (Poisson sampling); None for fixed."""
-    if self.mode == 'poisson':
-      return PldAccountant()
-    return None
+    """dp_accounting's PLD accountant (add/remove-one); None for fixed."""
+    if self.mode == 'fixed':
+      return None
+    return PldAccountant()
 
   def to_dict(self) -> dict[str, Any]:
-    """The fields as a JSON-able dict (`Sampling(**d)` inverts it)."""
-    return dataclasses.asdict(self)
+    """The fields as a JSON-able dict (`Sampling(**d)` inverts it); `groups`
+    only for the cyclic modes."""
+    d = dataclasses.asdict(self)
+    if d['groups'] is None:
+      del d['groups']
+    return d
+
+
+def correlated_round(
+  event: dp_accounting.DpEvent,
+) -> tuple[mf_strategy.Strategy, float]:
+  """(strategy, noise multiplier) of one round of a cyclic run: a
+  `MatrixFactorizationDpEvent`'s, or the identity and z for an independent
+  `GaussianDpEvent(z)` (DP-FedAvg is the one-band strategy).
+
+  Raises:
+    dp_accounting.UnsupportedEventError: For any other event.
+  """
+  if isinstance(event, correlated_noise.MatrixFactorizationDpEvent):
+    return (
+      correlated_noise.strategy_from_json(event.strategy),
+      float(event.noise_multiplier),
+    )
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    return mf_strategy.identity(), float(event.noise_multiplier)
+  raise dp_accounting.UnsupportedEventError(
+    f'Not a (correlated) Gaussian round: {event}.'
+  )
 
 
 def replace_one_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
@@ -632,9 +776,12 @@ class PrivacyLedger:
   """The per-round DP events of a run and their (epsilon, delta) guarantee.
 
   `record(event)` appends one round's released event (unsampled); the ledger
-  applies the sampling. `epsilon()` composes every recorded round with both
-  accountants. State round-trips through `to_json`/`from_json` so a resumed
-  run continues the same ledger.
+  applies the sampling (`Sampling.round_event`). `epsilon()` composes every
+  recorded round with both accountants: as independent rounds, or, for the
+  cyclic modes, as the one mechanism of the rounds run
+  (`Sampling.run_event`: every round must have released the same event).
+  State round-trips through `to_json`/`from_json` so a resumed run
+  continues the same ledger.
 
   Args:
     sampling: The client sampling every recorded round ran under.
@@ -658,7 +805,8 @@ class PrivacyLedger:
 
   @property
   def events(self) -> list[dp_accounting.DpEvent]:
-    """The recorded per-round events, sampling applied."""
+    """The recorded per-round events, sampling applied (cyclic modes:
+    Gaussians merged, the run's sampling in `composed_event`)."""
     return list(self._events)
 
   def record(self, event: dp_accounting.DpEvent) -> None:
@@ -670,15 +818,30 @@ class PrivacyLedger:
     Raises:
       TypeError: If `event` is not a `DpEvent`.
       ValueError: If a Gaussian in it has a NaN or negative multiplier.
-      dp_accounting.UnsupportedEventError: If fixed-size sampling cannot
-        state it (`Sampling.wrap`).
+      dp_accounting.UnsupportedEventError: If the sampling cannot state it
+        (`Sampling.round_event`).
+      ValueError: For a cyclic mode, if it differs from the rounds before
+        (one strategy and multiplier for the whole run).
     """
     if not isinstance(event, dp_accounting.DpEvent):
       raise TypeError(f'Expected a DpEvent. Found {type(event)!r}.')
-    self._events.append(self.sampling.wrap(event))
+    event = self.sampling.round_event(event)
+    if self.sampling.cyclic and self._events and event != self._events[0]:
+      raise ValueError(
+        f'Cyclic participation ({self.sampling.mode!r}) accounts one '
+        'strategy and noise multiplier for every round; round '
+        f'{len(self._events) + 1} released {event}, round 1 '
+        f'{self._events[0]}.'
+      )
+    self._events.append(event)
 
   def composed_event(self) -> dp_accounting.DpEvent:
-    """All rounds as one event; runs of equal rounds are self-composed."""
+    """All rounds as one event: runs of equal rounds self-composed; for the
+    cyclic modes, the run's event (`Sampling.run_event`)."""
+    if self.sampling.cyclic:
+      if not self._events:
+        return dp_accounting.ComposedDpEvent([])
+      return self.sampling.run_event(self._events[0], len(self._events))
     parts = []
     for event, group in itertools.groupby(self._events):
       n = len(list(group))
@@ -864,8 +1027,9 @@ def calibrate_noise_multiplier(
 ) -> float:
   """Smallest noise multiplier whose `rounds` rounds meet (epsilon, delta).
 
-  Each round's event is `round_event_fn(z)` under `sampling`
-  (`Sampling.wrap`), self-composed `rounds` times; dp_accounting's
+  Each round's event is `round_event_fn(z)`, and the run's `rounds` of them
+  under `sampling` are `sampling.run_event` (self-composed, or for the
+  cyclic modes one correlated-noise mechanism); dp_accounting's
   `calibrate_dp_mechanism` searches z to a tolerance of 1e-4.
 
   Args:
@@ -890,9 +1054,7 @@ def calibrate_noise_multiplier(
   _check_calibration_args(target_epsilon, delta, rounds, sampling, accountant)
 
   def event_fn(z):
-    return dp_accounting.SelfComposedDpEvent(
-      sampling.wrap(round_event_fn(z)), rounds
-    )
+    return sampling.run_event(round_event_fn(z), rounds)
 
   if accountant == 'pld':
     reason = pld_unavailable_reason(event_fn(1.0), sampling)
@@ -948,9 +1110,9 @@ def _check_calibration_args(
     ValueError: Naming the bad argument and its allowed range.
   """
   check_calibration_args(target_epsilon, delta, rounds, accountant)
-  if accountant == 'pld' and sampling.mode != 'poisson':
+  if accountant == 'pld' and sampling.mode == 'fixed':
     raise ValueError(
-      'The PLD accountant supports Poisson sampling only; use '
+      'The PLD accountant does not support fixed-size sampling; use '
       "accountant='rdp' with fixed-size sampling."
     )
 

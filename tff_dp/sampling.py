@@ -1,15 +1,52 @@
-"""Client sampling: the run's Poisson or fixed-size sampling and its draws."""
+"""Client sampling: the run's sampling (`privacy.Sampling`) and its draws.
+
+Poisson and fixed-size sampling draw from all clients. The cyclic modes
+(`cyclic_poisson`, `cyclic`: the participation schemas of correlated noise,
+`tff_dp.mf_accounting`) split the clients into `groups` fixed groups by a
+public seed (`partition`) and draw round t's cohort from group
+`(t - 1) mod groups`, each member with the within-group probability.
+"""
 
 import numpy as np
 
 from tff_dp import privacy
 from tff_dp.experiment_config import ExperimentConfig
 
+# Mixed into the partition's seed, so the groups are not a function of the
+# same stream as the model's initialisation.
+_PARTITION_STREAM = 0x70617274
+
 
 def sampling_for(
-  config: ExperimentConfig, num_clients: int, private: bool
+  config: ExperimentConfig, num_clients: int, private: bool, groups=None
 ) -> privacy.Sampling:
-  """The client sampling of the run (see `ExperimentConfig`)."""
+  """The client sampling of the run (see `ExperimentConfig`).
+
+  Args:
+    config: The run's settings.
+    num_clients: The population N.
+    private: Whether the method is private (Poisson by default).
+    groups: The cyclic modes' number of groups (`config.participation` not
+      'independent'); `client_sampling_rate` (or the default 10 / N) is then
+      the overall rate q, and each member of a round's group joins with
+      probability q * groups (`mf_accounting.group_rate`).
+
+  Raises:
+    ValueError: On a cohort larger than the population, or a cyclic rate
+      above 1.
+  """
+  if config.participation != 'independent':
+    from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
+
+    rate = config.client_sampling_rate
+    if rate is None:
+      rate = min(10, num_clients) / num_clients
+    return privacy.Sampling(
+      config.participation,
+      num_clients,
+      rate=mf_accounting.group_rate(float(rate), int(groups)),
+      groups=int(groups),
+    )
   if config.client_sampling_rate is not None:
     return privacy.Sampling(
       'poisson', num_clients, rate=float(config.client_sampling_rate)
@@ -29,10 +66,53 @@ def sampling_for(
   return privacy.Sampling('fixed', num_clients, clients_per_round=m)
 
 
+def partition(num_clients: int, groups: int, seed: int) -> np.ndarray:
+  """The group (0..groups-1) of each client index: a public seeded
+  permutation dealt round-robin, so group sizes differ by at most one.
+
+  Raises:
+    ValueError: On `groups` outside [1, num_clients].
+  """
+  if not 1 <= groups <= num_clients:
+    raise ValueError(
+      f'groups must be in [1, {num_clients}] (the number of clients). '
+      f'Found {groups!r}.'
+    )
+  order = np.random.default_rng([int(seed), _PARTITION_STREAM]).permutation(
+    num_clients
+  )
+  out = np.empty(num_clients, np.int64)
+  out[order] = np.arange(num_clients) % groups
+  return out
+
+
+def round_group(round_num: int, groups: int) -> int:
+  """The group round `round_num` (1-based) draws from."""
+  return (round_num - 1) % groups
+
+
 def sample_clients(
-  sampling: privacy.Sampling, client_ids: list[str], rng: np.random.Generator
+  sampling: privacy.Sampling,
+  client_ids: list[str],
+  rng: np.random.Generator,
+  *,
+  round_num: int = 1,
+  partition_seed: int = 0,
 ) -> list[str]:
-  """Draws one round's cohort (possibly empty under Poisson sampling)."""
+  """Draws one round's cohort (possibly empty under Poisson sampling).
+
+  Args:
+    sampling: The run's sampling.
+    client_ids: Every client, in the task's order.
+    rng: The secret sampling randomness.
+    round_num: The round (1-based; the cyclic modes' group).
+    partition_seed: The public seed of the cyclic modes' groups.
+  """
+  if sampling.cyclic:
+    groups = partition(len(client_ids), sampling.groups, partition_seed)
+    members = np.flatnonzero(groups == round_group(round_num, sampling.groups))
+    mask = rng.random(len(members)) < sampling.rate
+    return [client_ids[i] for i in members[mask]]
   if sampling.mode == 'poisson':
     mask = rng.random(len(client_ids)) < sampling.rate
     return [c for c, m in zip(client_ids, mask) if m]

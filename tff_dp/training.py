@@ -278,8 +278,12 @@ class _Cohorts:
   checkpoint is the one before that draw, so a resumed run draws the same.
   """
 
-  def __init__(self, config, prepared, rng: np.random.Generator):
+  def __init__(
+    self, config, prepared, rng: np.random.Generator, start_round: int
+  ):
     self._config, self._prepared, self._rng = config, prepared, rng
+    # The round the next draw is for (the cyclic modes' group).
+    self._round = start_round
     cd = prepared.task.train_data
     self._client_ids = cd.client_ids
     self._empty = {
@@ -291,8 +295,13 @@ class _Cohorts:
     """`(rng_state_before, ids, datasets_future, num_empty_skipped)`."""
     rng_state = self._rng.bit_generator.state
     sampled = sample_clients(
-      self._prepared.sampling, self._client_ids, self._rng
+      self._prepared.sampling,
+      self._client_ids,
+      self._rng,
+      round_num=self._round,
+      partition_seed=self._config.seed,
     )
+    self._round += 1
     seed = int(self._rng.integers(2**31 - 1))
     # A sampled client without data contributes nothing: skipped, counted.
     ids = [c for c in sampled if c not in self._empty]
@@ -400,7 +409,7 @@ def _train(config, prepared, progress, round_callback) -> dict:
   evaluator = evaluation.Evaluator(
     prepared.task, in_process=not config.background_evaluation
   )
-  cohorts = _Cohorts(config, prepared, progress.rng)
+  cohorts = _Cohorts(config, prepared, progress.rng, progress.start_round)
   finisher = _Finisher(round_callback)
   upcoming = cohorts.draw() if progress.start_round <= config.rounds else None
   try:
@@ -630,7 +639,13 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     if ledger
     else [],
     'privacy': outputs.privacy_section(
-      config, task, method, sampling, ledger, noise_seed_clash=seed_clash
+      config,
+      task,
+      method,
+      sampling,
+      ledger,
+      noise_seed_clash=seed_clash,
+      noise=prepared.noise,
     ),
     'epsilon_rdp': final.get('epsilon_rdp'),
     'epsilon_pld': final.get('epsilon_pld'),

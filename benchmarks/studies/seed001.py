@@ -195,6 +195,46 @@ def _rows_001(split):
   if split == 'iid':
     rows += list(tuning.values())
     rows += list(reseeded(tuning['clip0.5'], (1, 2)))
+    # Issue #86: the tuned DP-FedAvg with noise correlated across rounds,
+    # at the same epsilon. Banded MF under cyclic Poisson participation
+    # (amplified), b picked by --bands=auto; BLT under min-separation (no
+    # amplification), 30 groups (6 participations).
+    banded = at_rounds(
+      Row(
+        'banded_mf_clip0.5',
+        'DP-FedAvg clip 0.5, banded MF noise (bands auto, cyclic Poisson)',
+        dict(
+          method='dp_fedavg',
+          clip=0.5,
+          participation='cyclic_poisson',
+          noise='banded',
+          bands='auto',
+        ),
+        dict(best=paper['dp_fedavg'] / 100),
+      ),
+      180,
+      eval_every=5,
+    )
+    rows += [banded, *reseeded(banded, (1, 2))]
+    rows.append(
+      at_rounds(
+        Row(
+          'blt_clip0.5',
+          'DP-FedAvg clip 0.5, BLT noise (2 buffers, 30 groups, '
+          'min-separation)',
+          dict(
+            method='dp_fedavg',
+            clip=0.5,
+            participation='cyclic',
+            participation_groups=30,
+            noise='blt',
+          ),
+          dict(best=paper['dp_fedavg'] / 100),
+        ),
+        180,
+        eval_every=5,
+      )
+    )
     # Probes of the IID split at 10 rounds.
     cmp_r4 = dict(method='cmp_fed', cmp_rank=4)
     rows += [

@@ -170,3 +170,27 @@ def test_to_dict_names_the_strategy():
     'coefficients': [1.0, 0.5],
   }
   assert BLT.to_dict()['buffers'] == 2
+
+
+@pytest.mark.parametrize('buffers', [1, 2])
+def test_optimized_blt_is_monotone_and_beats_iid_under_min_separation(buffers):
+  n, sep = 60, 6
+  k = -(-n // sep)
+  s = mf.optimize_blt(buffers, n, 0.0, sep, k)
+  c = s.column(n)
+  # The region where the greedy sensitivity is proven.
+  assert np.all(c >= 0) and np.all(np.diff(c) <= 1e-12)
+  # Greedy equals every pattern's maximum (brute force at a small n).
+  small = mf.optimize_blt(buffers, 12, 0.0, 3, 4)
+  assert mf.sensitivity(small, 12, 3, 4) == pytest.approx(
+    mf.brute_force_sensitivity(small, 12, 3, 4), rel=1e-12
+  )
+  assert mf.expected_error(s, n, 0.0, sep, k) < 0.5 * mf.expected_error(
+    mf.identity(), n, 0.0, sep, k
+  )
+  assert mf.optimize_blt(buffers, n, 0.0, sep, k) == s  # Deterministic.
+
+
+def test_optimize_blt_names_a_bad_buffer_count():
+  with pytest.raises(ValueError, match='buffers must be an integer >= 1'):
+    mf.optimize_blt(0, 10)

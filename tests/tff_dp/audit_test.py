@@ -20,6 +20,7 @@ from tff_dp import privacy
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import finite_guard
+from tff_dp.aggregators import mf_strategy
 
 Z, CLIP, ROUNDS, DELTA = 2.0, 1.0, 4, 1e-5
 DIM, CANARIES = 20000, 300
@@ -263,15 +264,37 @@ def test_unequal_variance_interval_covers_at_its_level():
   assert 0.925 <= upper_ok / draws <= 0.985
 
 
-def _reuse_check(factory, seed=1):
+def _reuse_check(factory, seed=1, rounds=3, strategy=None):
   return audit.noise_reuse_check(
     finite_guard.FiniteGuardFactory(factory),
     dim=5000,
     num_canaries=50,
     canary_norm=CLIP,
-    rounds=3,
+    rounds=rounds,
     seed=seed,
+    strategy=strategy,
   )
+
+
+_BANDED = mf_strategy.banded([0.8, 0.5, 0.33])
+
+
+def test_correlated_noise_passes_once_whitened_and_not_before():
+  factory = dp_fedavg.gaussian_fixed(Z, 50, CLIP, noise_seed=5, noise=_BANDED)
+  # Correlated by design: the unwhitened residuals of adjacent rounds
+  # correlate (y_t = (w_t - 0.5 y_{t-1} - 0.33 y_{t-2}) / 0.8).
+  assert _reuse_check(factory, rounds=4).reused
+  result = _reuse_check(factory, rounds=4, strategy=_BANDED)
+  assert not result.reused
+  assert result.max_abs_correlation < 0.06
+
+
+def test_whitening_still_catches_a_correlated_stream_that_repeats():
+  factory = audit.planted_correlated_reuse(_BANDED, Z, 50, CLIP, noise_seed=6)
+  result = _reuse_check(factory, rounds=4, strategy=_BANDED)
+  assert result.reused
+  # Whitened, it is one draw w every round.
+  assert result.max_abs_correlation > 0.999
 
 
 def test_noise_reuse_check_passes_fresh_noise():

@@ -165,13 +165,167 @@ def test_auto_bands_beat_independent_noise_in_a_many_visit_regime():
   assert choices[0].error <= by_bands[1].error
 
 
-def test_the_ledger_refuses_to_compose_correlated_rounds_as_independent():
+def _mf_event(z, strategy):
   from tff_dp.aggregators import correlated_noise  # pylint: disable=g-import-not-at-top
 
-  event = correlated_noise.MatrixFactorizationDpEvent(
-    1.0, correlated_noise.strategy_json(mf.banded([1.0, 0.5]))
+  return correlated_noise.MatrixFactorizationDpEvent(
+    z, correlated_noise.strategy_json(strategy)
   )
-  ledger = privacy.PrivacyLedger(privacy.Sampling('poisson', 100, 0.1), 1e-5)
-  ledger.record(event)
-  with pytest.raises(dp_accounting.UnsupportedEventError):
-    ledger.epsilon()
+
+
+@pytest.mark.parametrize('mode', ['poisson', 'fixed'])
+def test_the_ledger_refuses_correlated_rounds_as_independent(mode):
+  sampling = (
+    privacy.Sampling('poisson', 100, 0.1)
+    if mode == 'poisson'
+    else privacy.Sampling('fixed', 100, clients_per_round=10)
+  )
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  with pytest.raises(dp_accounting.UnsupportedEventError, match='cyclic'):
+    ledger.record(_mf_event(1.0, mf.banded([1.0, 0.5])))
+  assert ledger.rounds == 0
+
+
+def _cyclic_ledger(mode, groups, rate, event, rounds, delta=1e-5):
+  ledger = privacy.PrivacyLedger(
+    privacy.Sampling(mode, 1200, rate=rate, groups=groups), delta
+  )
+  for _ in range(rounds):
+    ledger.record(event)
+  return ledger
+
+
+@pytest.mark.parametrize('rounds', [1, 5, 24, 25])
+def test_cyclic_poisson_ledger_equals_independent_dp_accounting(rounds):
+  groups, q, z, delta = 4, 0.3, 1.3, 1e-5
+  c = [0.8, 0.5, 0.3]
+  ledger = _cyclic_ledger(
+    'cyclic_poisson', groups, q, _mf_event(z, mf.banded(c)), rounds, delta
+  )
+  # The amplified-BandMF event from its statement, by hand: z over the
+  # longest column's norm, Poisson at q, once per visit of a group.
+  kappa = math.sqrt(sum(v * v for v in c[:rounds]))
+  expected = dp_accounting.SelfComposedDpEvent(
+    dp_accounting.PoissonSampledDpEvent(
+      q, dp_accounting.GaussianDpEvent(z / kappa)
+    ),
+    -(-rounds // groups),
+  )
+  rdp_eps, pld_eps = ledger.epsilon()
+  want_rdp, want_pld = _independent(expected, delta)
+  assert rdp_eps == pytest.approx(want_rdp, rel=1e-9)
+  assert pld_eps == pytest.approx(want_pld, rel=1e-9)
+
+
+@pytest.mark.parametrize('rounds', [1, 6, 13])
+def test_min_separation_ledger_equals_one_gaussian_of_brute_force_sens(rounds):
+  groups, z, delta = 3, 2.0, 1e-5
+  strategy = mf.blt([0.9, 0.4], [0.3, 0.2])
+  ledger = _cyclic_ledger(
+    'cyclic', groups, 0.5, _mf_event(z, strategy), rounds, delta
+  )
+  sens = mf.brute_force_sensitivity(strategy, rounds, groups)
+  want_rdp, want_pld = _independent(
+    dp_accounting.GaussianDpEvent(z / sens), delta
+  )
+  rdp_eps, pld_eps = ledger.epsilon()
+  assert rdp_eps == pytest.approx(want_rdp, rel=1e-6)
+  assert pld_eps == pytest.approx(want_pld, rel=1e-6)
+
+
+def test_iid_rounds_under_cyclic_poisson_are_dp_fedavg_per_group_visit():
+  # A client is in one group: ceil(T / b) Poisson-sampled Gaussians.
+  groups, q, z, rounds, delta = 5, 0.4, 1.1, 23, 1e-5
+  ledger = _cyclic_ledger(
+    'cyclic_poisson',
+    groups,
+    q,
+    dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(z)]),
+    rounds,
+    delta,
+  )
+  want = _independent(
+    dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)),
+      5,
+    ),
+    delta,
+  )
+  assert ledger.epsilon() == pytest.approx(want, rel=1e-9)
+
+
+def test_iid_rounds_under_min_separation_compose_one_gaussian_per_visit():
+  groups, z, rounds, delta = 4, 3.0, 10, 1e-5
+  ledger = _cyclic_ledger(
+    'cyclic', groups, 1.0, dp_accounting.GaussianDpEvent(z), rounds, delta
+  )
+  want = _independent(
+    dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), 3),
+    delta,
+  )
+  assert ledger.epsilon() == pytest.approx(want, rel=1e-6)
+
+
+def test_a_cyclic_ledger_round_trips_and_refuses_a_changed_round():
+  event = _mf_event(1.5, mf.banded([0.9, 0.43]))
+  ledger = _cyclic_ledger('cyclic_poisson', 2, 0.2, event, 7)
+  back = privacy.PrivacyLedger.from_json(ledger.to_json())
+  assert back.sampling == ledger.sampling
+  assert back.events == ledger.events
+  assert back.epsilon() == ledger.epsilon()
+  with pytest.raises(ValueError, match='round 8 released'):
+    back.record(_mf_event(1.4, mf.banded([0.9, 0.43])))
+  with pytest.raises(dp_accounting.UnsupportedEventError, match='Gaussian'):
+    back.record(dp_accounting.LaplaceDpEvent(1.0))
+
+
+def test_amplified_schema_refuses_more_bands_than_groups_at_calibration():
+  sampling = privacy.Sampling('cyclic_poisson', 100, rate=0.2, groups=2)
+  with pytest.raises(ValueError, match='bands <= groups'):
+    privacy.calibrate_noise_multiplier(
+      1.0,
+      1e-5,
+      10,
+      sampling,
+      round_event_fn=lambda z: _mf_event(z, mf.banded([1.0, 0.5, 0.2])),
+    )
+
+
+@pytest.mark.parametrize('accountant', ['rdp', 'pld'])
+def test_calibrating_a_cyclic_run_meets_the_target_in_its_ledger(accountant):
+  sampling = privacy.Sampling('cyclic_poisson', 100, rate=0.4, groups=3)
+  strategy = mf.optimize_banded(3, 30)
+  z = privacy.calibrate_noise_multiplier(
+    2.0,
+    1e-5,
+    30,
+    sampling,
+    round_event_fn=lambda z: _mf_event(z, strategy),
+    accountant=accountant,
+  )
+  ledger = privacy.PrivacyLedger(sampling, 1e-5)
+  for _ in range(30):
+    ledger.record(_mf_event(z, strategy))
+  eps = ledger.epsilon()[0 if accountant == 'rdp' else 1]
+  assert eps <= 2.0 + 1e-9
+  assert eps > 1.95
+  assert z == pytest.approx(
+    mfa.calibrate(
+      strategy, 2.0, 1e-5, 30, sampling.participation(), accountant
+    ),
+    abs=2e-4,
+  )
+
+
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (dict(mode='cyclic_poisson', rate=0.2), 'groups'),
+    (dict(mode='cyclic', rate=0.2, groups=0), 'groups'),
+    (dict(mode='cyclic', rate=1.5, groups=2), 'within-group'),
+    (dict(mode='cyclic_poisson', rate=0.2, groups=101), r'\[1, 100\]'),
+  ],
+)
+def test_bad_cyclic_sampling_is_named(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    privacy.Sampling(num_clients=100, **kwargs)

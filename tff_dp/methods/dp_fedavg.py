@@ -58,6 +58,7 @@ def fixed_clip_aggregator(p: registry.MethodParams):
     p.clip,
     noise_seed=p.noise_seed,
     clipped_fraction_stddev=getattr(p.options, 'fraction_clipped_stddev', None),
+    noise=p.noise_strategy,
   )
 
 
@@ -88,6 +89,7 @@ registry.register(
     # equivalent to FL-STD").
     setup=public_round.clip_setup(lambda p, task: [None]),
     public_round_clip=True,
+    correlated_noise=True,
   )
 )
 

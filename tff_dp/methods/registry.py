@@ -8,6 +8,7 @@ import dp_accounting
 import tensorflow_federated as tff
 
 from tff_dp import communication
+from tff_dp.aggregators import correlated_noise
 from tff_dp.client_works import diagnostics
 from tff_dp.methods import options as options_lib
 from tff_dp.methods import settings
@@ -24,6 +25,7 @@ class _Params:
     num_model_params: int,
     expected_clients_per_round: float,
     noise_multiplier: float = 0.0,
+    noise_strategy=None,
   ) -> 'MethodParams':
     """The params of a run's flat config (`ExperimentConfig.flat()`, or a
     saved config.json).
@@ -45,6 +47,7 @@ class _Params:
       num_model_params=num_model_params,
       expected_clients_per_round=expected_clients_per_round,
       noise_multiplier=noise_multiplier,
+      noise_strategy=noise_strategy,
       options=options_lib.from_flat(method.options, config, legacy=True),
       **common,
     )
@@ -73,6 +76,8 @@ MethodParams = dataclasses.make_dataclass(
     ('num_model_params', int),
     ('expected_clients_per_round', float),
     ('noise_multiplier', float, dataclasses.field(default=0.0)),
+    # None: iid noise; else the `mf_strategy.Strategy` of --noise.
+    ('noise_strategy', Any, dataclasses.field(default=None)),
     *(
       (f.name, f.type, dataclasses.field(default=f.default))
       for f in settings.fields_where(settings.BUILDERS)
@@ -90,10 +95,11 @@ MethodParams.__module__ = __name__
 MethodParams.__doc__ = """What a method's builders may depend on.
 
 The run's resolved values (`num_model_params`, `expected_clients_per_round`,
-`noise_multiplier`), the run settings marked for the builders
-(`settings.BUILDERS`: the clip, seeds, local schedule, public batch and
-what is released) and `options`: the chosen method's own options
-(`Method.options`), where its setup also puts what it computes.
+`noise_multiplier`, `noise_strategy`: `tff_dp.noise_plan`), the run
+settings marked for the builders (`settings.BUILDERS`: the clip, seeds,
+local schedule, public batch and what is released) and `options`: the
+chosen method's own options (`Method.options`), where its setup also puts
+what it computes.
 """
 
 
@@ -148,6 +154,8 @@ class Method:
       (checked before any data is loaded).
     public_round_clip: Whether it takes `clip_from_public_round` (its
       setup then sets the clip from one local round on public data).
+    correlated_noise: Whether its aggregator takes `--noise=banded|blt`
+      (`MethodParams.noise_strategy`), and its `round_event` says so.
   """
 
   name: str
@@ -169,6 +177,7 @@ class Method:
   )
   extra_download_bytes: Callable[[MethodParams], int] = lambda p: 0
   public_round_clip: bool = False
+  correlated_noise: bool = False
 
   def download_bytes(self, params: MethodParams) -> int:
     """The global model, float32, broadcast to each participant."""
@@ -192,8 +201,13 @@ def weighted_dense_upload(p: MethodParams) -> int:
 
 
 def gaussian(z: float, p: MethodParams) -> dp_accounting.DpEvent:
-  del p
-  return dp_accounting.GaussianDpEvent(z)
+  """`GaussianDpEvent(z)`; with correlated noise (`p.noise_strategy`), the
+  round's `MatrixFactorizationDpEvent`."""
+  if p.noise_strategy is None:
+    return dp_accounting.GaussianDpEvent(z)
+  return correlated_noise.MatrixFactorizationDpEvent(
+    z, correlated_noise.strategy_json(p.noise_strategy)
+  )
 
 
 METHODS: dict[str, Method] = {}

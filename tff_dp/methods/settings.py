@@ -111,6 +111,15 @@ def parse_task_options(items) -> tuple[tuple[str, object], ...]:
   return tuple(out)
 
 
+def _bands(name, value):
+  if value == 'auto':
+    return
+  if not (isinstance(value, str) and value.isdigit() and int(value) >= 1):
+    raise ValueError(
+      f"{name} must be 'auto' or an integer >= 1. Found {value!r}."
+    )
+
+
 _INT1 = options.integer(1)
 _INT0 = options.integer(0)
 _POSITIVE = options.number(positive=True)
@@ -175,6 +184,46 @@ class RunSettings:
     'rdp',
     'Accountant used to calibrate the noise.',
     choices=('rdp', 'pld'),
+  )
+  participation: str = _setting(
+    'independent',
+    'Participation schema. independent: Poisson or fixed-size sampling of '
+    'all clients each round. cyclic_poisson: the clients split into '
+    '--participation_groups fixed groups (public, by --seed), round t '
+    'samples group t mod b, each member with probability b x '
+    '--client_sampling_rate (the same expected cohort); accounted as '
+    'amplified banded MF (banded or iid noise, bands <= groups). cyclic: '
+    'the same draws, accounted without amplification (b-min-separation: '
+    'any strategy, BLT included). See docs/privacy.md.',
+    choices=('independent', 'cyclic_poisson', 'cyclic'),
+  )
+  participation_groups: Optional[int] = _setting(
+    None,
+    'Cyclic participation: the number of groups b (>= 1). Default: the '
+    "banded strategy's bands (--bands), else required.",
+    check=_INT1,
+  )
+  noise: str = _setting(
+    'iid',
+    'DP noise across rounds. iid: independent each round (DP-FedAvg). '
+    'banded: banded matrix factorisation (--bands), correlated over '
+    'rounds, optimised at setup for server SGD with --server_momentum. '
+    'blt: buffered linear Toeplitz (--blt_buffers). Correlated noise needs '
+    'cyclic --participation and a method that supports it.',
+    choices=('iid', 'banded', 'blt'),
+  )
+  bands: str = _setting(
+    'auto',
+    "--noise=banded's number of bands: an integer >= 1, or auto (the b of "
+    'least expected error at --target_epsilon, with b groups under '
+    'cyclic_poisson participation, as amplified banded MF picks it).',
+    check=_bands,
+  )
+  blt_buffers: int = _setting(
+    2,
+    "--noise=blt's number of buffers (>= 1): the noise state holds this "
+    'many model-sized vectors.',
+    check=_INT1,
   )
   clip: float = _setting(
     1.0,
