@@ -153,3 +153,32 @@ def test_the_first_rounds_noise_has_the_stated_stddev():
   # Sample stddev's standard error: stddev / sqrt(2 d).
   assert abs(noise.std() - STDDEV) <= 4 * STDDEV / np.sqrt(2 * d)
   assert abs(noise.mean()) <= 4 * STDDEV / np.sqrt(d)
+
+
+@pytest.mark.parametrize(
+  'strategy',
+  [mf.banded([0.8, 0.5, 0.33]), mf.blt([0.9, 0.5], [0.4, 0.2])],
+  ids=['banded', 'blt'],
+)
+def test_noise_covariance_over_rounds_is_sigma2_cinv_cinv_t(strategy):
+  # 40,000 coordinates are 40,000 independent draws of the 5-round noise
+  # vector; its empirical covariance must be STDDEV^2 C^-1 C^-T entry by
+  # entry, within 4 standard errors.
+  rounds, n = 5, 40_000
+  query = cn.CorrelatedGaussianSumQuery(
+    CLIP, STDDEV, strategy, [tf.TensorSpec([n], tf.float32)], SEED
+  )
+  state = query.initial_global_state()
+  noise = []
+  for _ in range(rounds):
+    sample = query.initial_sample_state([tf.zeros([n])])
+    result, state, _ = query.get_noised_result(sample, state)
+    noise.append(np.asarray(result[0], np.float64))
+  y = np.stack(noise)  # (rounds, n)
+  cinv = np.linalg.inv(strategy.matrix(rounds))
+  want = STDDEV**2 * cinv @ cinv.T
+  got = y @ y.T / n
+  se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want**2) / n)
+  assert np.all(np.abs(got - want) <= 4 * se), np.max(np.abs(got - want) / se)
+  # And it is correlated: a test of independence would see it.
+  assert np.max(np.abs(want - np.diag(np.diag(want)))) > 10 * np.max(se)
