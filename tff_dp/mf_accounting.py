@@ -42,8 +42,7 @@ dp_accounting's RDP and PLD accountants on these events, never by hand.
 """
 
 import dataclasses
-import math
-from typing import Optional, Sequence
+from typing import Sequence
 
 import dp_accounting
 
@@ -53,118 +52,12 @@ from tff_dp.aggregators import mf_strategy
 _RELATION = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
-@dataclasses.dataclass(frozen=True)
-class Participation:
-  """Cyclic participation over `groups` fixed groups of clients.
-
-  Attributes:
-    groups: b >= 1 groups; round t draws from group t mod b.
-    rate: Poisson probability of each member of the round's group (cyclic
-      Poisson, amplified); None: every member takes part (min-separation).
-
-  Raises:
-    ValueError: On `groups` < 1 or `rate` outside (0, 1], naming the value.
-  """
-
-  groups: int
-  rate: Optional[float] = None
-
-  def __post_init__(self):
-    if not isinstance(self.groups, int) or self.groups < 1:
-      raise ValueError(
-        f'groups must be an integer >= 1. Found {self.groups!r}.'
-      )
-    if self.rate is not None and not 0 < self.rate <= 1:
-      raise ValueError(
-        'The within-group sampling rate must be in (0, 1]. Found '
-        f'{self.rate!r}.'
-      )
-
-  @property
-  def amplified(self) -> bool:
-    return self.rate is not None
-
-  def to_dict(self) -> dict:
-    return {
-      'schema': 'cyclic_poisson' if self.amplified else 'min_separation',
-      'groups': self.groups,
-      'rate': self.rate,
-    }
-
-
-def group_rate(rate: float, groups: int) -> float:
-  """The within-group rate whose expected cohort equals Poisson sampling of
-  all clients at `rate`: `rate * groups` (a group holds 1/groups of them).
-
-  Raises:
-    ValueError: If it exceeds 1 (fewer groups, or a lower rate, fit).
-  """
-  q = rate * groups
-  if not 0 < q <= 1:
-    raise ValueError(
-      f'groups * client_sampling_rate must be in (0, 1]: {groups} * {rate!r}'
-      f' = {q!r}. Use at most {int(1 / rate)} groups at this rate.'
-    )
-  return q
-
-
-def sensitivity(
-  strategy: mf_strategy.Strategy, rounds: int, participation: Participation
-) -> float:
-  """The sensitivity the schema's event divides the multiplier by.
-
-  Cyclic Poisson: `kappa`, the largest column norm of `C` over `rounds`.
-  Min-separation: the maximum norm of a sum of columns `groups` apart.
-
-  Raises:
-    ValueError: Where the schema's conditions fail (module docstring).
-  """
-  if participation.amplified:
-    if strategy.kind != mf_strategy.BANDED:
-      raise ValueError(
-        'Cyclic Poisson sampling (amplified banded MF) needs a banded '
-        f'strategy; found {strategy.kind!r}. Use min-separation '
-        'participation (no within-group rate) for BLT.'
-      )
-    if strategy.bands > participation.groups:
-      raise ValueError(
-        f'Amplified banded MF needs bands <= groups. Found {strategy.bands} '
-        f'bands and {participation.groups} groups.'
-      )
-    # Column 0 is the longest; one participation per group visit.
-    return mf_strategy.sensitivity(strategy, rounds, participation.groups, 1)
-  return mf_strategy.sensitivity(strategy, rounds, participation.groups)
-
-
-def run_event(
-  strategy: mf_strategy.Strategy,
-  noise_multiplier: float,
-  rounds: int,
-  participation: Participation,
-) -> dp_accounting.DpEvent:
-  """The DP event of the first `rounds` rounds (module docstring).
-
-  Args:
-    strategy: The strategy `C` (its sensitivity is computed here, so its
-      scale does not matter).
-    noise_multiplier: z, the stddev of each `w_t` coordinate over the clip.
-    rounds: Rounds run so far, >= 1.
-    participation: The schema.
-
-  Raises:
-    ValueError: On a bad argument or a schema whose conditions fail.
-  """
-  if not noise_multiplier > 0 or not math.isfinite(noise_multiplier):
-    raise ValueError(
-      f'noise_multiplier must be finite and > 0. Found {noise_multiplier!r}.'
-    )
-  sens = sensitivity(strategy, rounds, participation)
-  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / sens)
-  if not participation.amplified:
-    return gaussian
-  visits = -(-rounds // participation.groups)
-  sampled = dp_accounting.PoissonSampledDpEvent(participation.rate, gaussian)
-  return dp_accounting.SelfComposedDpEvent(sampled, visits)
+# The schemas' events live in `tff_dp.privacy` (its ledger composes them);
+# named here too, the module of their accounting.
+Participation = privacy.Participation
+group_rate = privacy.group_rate
+sensitivity = privacy.mf_sensitivity
+run_event = privacy.mf_run_event
 
 
 def epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float, float]:

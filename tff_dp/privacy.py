@@ -244,6 +244,120 @@ def _gaussian_inverse_square(event) -> Optional[float]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Participation:
+  """Cyclic participation over `groups` fixed groups of clients.
+
+  Attributes:
+    groups: b >= 1 groups; round t draws from group t mod b.
+    rate: Poisson probability of each member of the round's group (cyclic
+      Poisson, amplified); None: every member takes part (min-separation).
+
+  Raises:
+    ValueError: On `groups` < 1 or `rate` outside (0, 1], naming the value.
+  """
+
+  groups: int
+  rate: Optional[float] = None
+
+  def __post_init__(self):
+    if not isinstance(self.groups, int) or self.groups < 1:
+      raise ValueError(
+        f'groups must be an integer >= 1. Found {self.groups!r}.'
+      )
+    if self.rate is not None and not 0 < self.rate <= 1:
+      raise ValueError(
+        'The within-group sampling rate must be in (0, 1]. Found '
+        f'{self.rate!r}.'
+      )
+
+  @property
+  def amplified(self) -> bool:
+    return self.rate is not None
+
+  def to_dict(self) -> dict:
+    return {
+      'schema': 'cyclic_poisson' if self.amplified else 'min_separation',
+      'groups': self.groups,
+      'rate': self.rate,
+    }
+
+
+def group_rate(rate: float, groups: int) -> float:
+  """The within-group rate whose expected cohort equals Poisson sampling of
+  all clients at `rate`: `rate * groups` (a group holds 1/groups of them).
+
+  Raises:
+    ValueError: If it exceeds 1 (fewer groups, or a lower rate, fit).
+  """
+  q = rate * groups
+  if not 0 < q <= 1:
+    raise ValueError(
+      f'groups * client_sampling_rate must be in (0, 1]: {groups} * {rate!r}'
+      f' = {q!r}. Use at most {int(1 / rate)} groups at this rate.'
+    )
+  return q
+
+
+def mf_sensitivity(
+  strategy: mf_strategy.Strategy, rounds: int, participation: Participation
+) -> float:
+  """The sensitivity the schema's event divides the multiplier by.
+
+  Cyclic Poisson: `kappa`, the largest column norm of `C` over `rounds`.
+  Min-separation: the maximum norm of a sum of columns `groups` apart.
+
+  Raises:
+    ValueError: Where the schema's conditions fail (module docstring).
+  """
+  if participation.amplified:
+    if strategy.kind != mf_strategy.BANDED:
+      raise ValueError(
+        'Cyclic Poisson sampling (amplified banded MF) needs a banded '
+        f'strategy; found {strategy.kind!r}. Use min-separation '
+        'participation (no within-group rate) for BLT.'
+      )
+    if strategy.bands > participation.groups:
+      raise ValueError(
+        f'Amplified banded MF needs bands <= groups. Found {strategy.bands} '
+        f'bands and {participation.groups} groups.'
+      )
+    # Column 0 is the longest; one participation per group visit.
+    return mf_strategy.sensitivity(strategy, rounds, participation.groups, 1)
+  return mf_strategy.sensitivity(strategy, rounds, participation.groups)
+
+
+def mf_run_event(
+  strategy: mf_strategy.Strategy,
+  noise_multiplier: float,
+  rounds: int,
+  participation: Participation,
+) -> dp_accounting.DpEvent:
+  """The DP event of the first `rounds` rounds (module docstring).
+
+  Args:
+    strategy: The strategy `C` (its sensitivity is computed here, so its
+      scale does not matter).
+    noise_multiplier: z, the stddev of each `w_t` coordinate over the clip.
+    rounds: Rounds run so far, >= 1.
+    participation: The schema.
+
+  Raises:
+    ValueError: On a bad argument or a schema whose conditions fail.
+  """
+  if not noise_multiplier > 0 or not math.isfinite(noise_multiplier):
+    raise ValueError(
+      f'noise_multiplier must be finite and > 0. Found {noise_multiplier!r}.'
+    )
+  sens = mf_sensitivity(strategy, rounds, participation)
+  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / sens)
+  if not participation.amplified:
+    return gaussian
+  visits = -(-rounds // participation.groups)
+  sampled = dp_accounting.PoissonSampledDpEvent(participation.rate, gaussian)
+  return dp_accounting.SelfComposedDpEvent(sampled, visits)
+
+
+@dataclasses.dataclass(frozen=True)
 class Sampling:
   """How clients are sampled each round.
 
@@ -328,12 +442,10 @@ class Sampling:
     Raises:
       ValueError: For a mode that is not cyclic.
     """
-    from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
-
     if not self.cyclic:
       raise ValueError(f'Sampling mode {self.mode!r} is not cyclic.')
     rate = self.rate if self.mode == 'cyclic_poisson' else None
-    return mf_accounting.Participation(self.groups, rate)
+    return Participation(self.groups, rate)
 
   def run_event(
     self, event: dp_accounting.DpEvent, rounds: int
@@ -352,15 +464,13 @@ class Sampling:
     """
     if not self.cyclic:
       return dp_accounting.SelfComposedDpEvent(self.wrap(event), rounds)
-    from tff_dp import mf_accounting  # pylint: disable=g-import-not-at-top
-
     round_event = self.round_event(event)
     if isinstance(round_event, dp_accounting.NoOpDpEvent):
       return round_event
     strategy, z = correlated_round(round_event)
     if z == 0:
       return dp_accounting.NonPrivateDpEvent()
-    return mf_accounting.run_event(strategy, z, rounds, self.participation())
+    return mf_run_event(strategy, z, rounds, self.participation())
 
   def round_event(self, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     """The form the ledger records a round's event in (`wrap` for Poisson
