@@ -18,8 +18,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import mf_strategy
 from tff_dp.aggregators import weighting
 
 
@@ -495,6 +497,12 @@ class CMPFedFactory(
       the default, factorises every kernel).
     client_norms: Also measure `client_norms` (not private: for tuning C1
       and C2 in simulation; off by default).
+    noise: None (default): noise independent across rounds. An
+      `mf_strategy.Strategy`: each phase's noise correlated across rounds
+      in its own stream (`dp_fedavg.gaussian_fixed(noise=...)`), CMP-Fed
+      only; each phase's state records `MatrixFactorizationDpEvent(z,
+      strategy)`, and the ledger merges the two as it merges Gaussians
+      (`tff_dp.privacy.merge_gaussians`).
 
   Raises:
     ValueError: At construction, on a bad argument, naming it and its
@@ -520,9 +528,17 @@ class CMPFedFactory(
     vectors_phase: str = 'v',
     dense_below: int = 0,
     client_norms: bool = False,
+    noise: Optional[mf_strategy.Strategy] = None,
   ):
     """Checks the arguments; see the class docstring."""
     _check_rank(rank)
+    correlated_noise.check_noise(noise)
+    if noise is not None and noise_multiplier is None:
+      raise ValueError(
+        'noise (correlated across rounds) needs CMP-Fed: pass '
+        'noise_multiplier and the clips, or noise=None.'
+      )
+    self._noise = noise
     check_options(layout, vectors_phase, dense_below)
     _check_dp_args(noise_multiplier, clients_per_round, clip_u, clip_v)
     self._dense_below = int(dense_below)
@@ -571,6 +587,7 @@ class CMPFedFactory(
       self._clients,
       clip,
       noise_seed=self._noise_seeds[phase],
+      noise=self._noise,
       record_aggregation_factory=(
         tff.aggregators.SecureSumFactory(clip, -clip)
         if self._secure_sum
@@ -617,11 +634,12 @@ def cmp_fed(
     seed: Seeds V_0 (public randomness).
     noise_seed: Seeds the two phases' noise (None: a secret).
     **options: `layout`, `vectors_phase`, `dense_below`, `secure_sum`,
-      `client_norms` (see `CMPFedFactory`).
+      `client_norms`, `noise` (see `CMPFedFactory`).
 
   Returns:
     The `CMPFedFactory`, whose round releases
-    `ComposedDpEvent([GaussianDpEvent(z)] * 2)` (add/remove-one).
+    `ComposedDpEvent([GaussianDpEvent(z)] * 2)` (add/remove-one; with
+    `noise`, two `MatrixFactorizationDpEvent(z, strategy)`).
 
   Raises:
     ValueError: On a bad argument (see `CMPFedFactory`).

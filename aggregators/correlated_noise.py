@@ -41,6 +41,16 @@ class MatrixFactorizationDpEvent(dp_accounting.DpEvent):
   strategy: str
 
 
+def check_noise(noise) -> None:
+  """Raises ValueError unless `noise` is None or an `mf_strategy.Strategy`
+  (the `noise=` argument of every factory with correlated noise)."""
+  if noise is not None and not isinstance(noise, mf_strategy.Strategy):
+    raise ValueError(
+      'noise must be None or an mf_strategy.Strategy. Found '
+      f'{type(noise).__name__}: {noise!r}.'
+    )
+
+
 def strategy_from_json(text: str) -> mf_strategy.Strategy:
   """The `mf_strategy.Strategy` of a `MatrixFactorizationDpEvent`."""
   d = json.loads(text)
@@ -100,10 +110,7 @@ class CorrelatedGaussianSumQuery(dp_queries.SeededGaussianSumQuery):
     self._strategy = strategy
     self._specs = record_specs
     self._event_strategy = strategy_json(strategy)
-    if strategy.kind == mf_strategy.BANDED:
-      self._slots = len(strategy.coefficients) - 1
-    else:
-      self._slots = len(strategy.theta)
+    self._slots = memory_slots(strategy)
 
   @property
   def strategy(self) -> mf_strategy.Strategy:
@@ -144,24 +151,130 @@ class CorrelatedGaussianSumQuery(dp_queries.SeededGaussianSumQuery):
     return result, new_state, event
 
   def _correlate(self, w, memory: Sequence):
-    s = self._strategy
-    if s.kind == mf_strategy.BANDED:
-      c = s.coefficients
-      y = w
-      # memory[-j] is y_{t-j}.
-      for j in range(1, len(c)):
-        y = tf.nest.map_structure(
-          lambda a, b, cj=c[j]: a - cj * b, y, memory[-j]
-        )
-      if c[0] != 1.0:
-        y = tf.nest.map_structure(lambda a: a / c[0], y)
-      new_memory = (tuple(memory[1:]) + (y,)) if memory else ()
-      return y, new_memory
+    return correlate(self._strategy, w, memory)
+
+
+def memory_slots(strategy: mf_strategy.Strategy) -> int:
+  """How many record-shaped structures the noise state keeps: `bands - 1`
+  (banded) or one buffer per theta (BLT)."""
+  if strategy.kind == mf_strategy.BANDED:
+    return len(strategy.coefficients) - 1
+  return len(strategy.theta)
+
+
+def correlate(strategy: mf_strategy.Strategy, w, memory: Sequence):
+  """`(y_t, next memory)`: the round's correlated noise from its draw.
+
+  Solves row t of `C y = w` (banded: `y_t = (w_t - sum_j c_j y_{t-j}) /
+  c_0`; BLT: `y_t = w_t - sum_i omega_i s_i`, `s_i <- theta_i s_i + y_t`)
+  for a structure of tensors `w`, with `memory` the `memory_slots`
+  structures of `w`'s shape (zeros before the first round).
+  """
+  s = strategy
+  if s.kind == mf_strategy.BANDED:
+    c = s.coefficients
     y = w
-    for omega, buffer in zip(s.omega, memory):
-      y = tf.nest.map_structure(lambda a, b, o=omega: a - o * b, y, buffer)
-    new_memory = tuple(
-      tf.nest.map_structure(lambda b, v, t=theta: t * b + v, buffer, y)
-      for theta, buffer in zip(s.theta, memory)
-    )
+    # memory[-j] is y_{t-j}.
+    for j in range(1, len(c)):
+      y = tf.nest.map_structure(lambda a, b, cj=c[j]: a - cj * b, y, memory[-j])
+    if c[0] != 1.0:
+      y = tf.nest.map_structure(lambda a: a / c[0], y)
+    new_memory = (tuple(memory[1:]) + (y,)) if memory else ()
     return y, new_memory
+  y = w
+  for omega, buffer in zip(s.omega, memory):
+    y = tf.nest.map_structure(lambda a, b, o=omega: a - o * b, y, buffer)
+  new_memory = tuple(
+    tf.nest.map_structure(lambda b, v, t=theta: t * b + v, buffer, y)
+    for theta, buffer in zip(s.theta, memory)
+  )
+  return y, new_memory
+
+
+class ProjectedCorrelatedGaussianSumQuery(CorrelatedGaussianSumQuery):
+  """Correlated noise in the full d-dim space, released at k coordinates.
+
+  For DP-RandAgg and FL-BASIC-DP, whose k coordinates change every round:
+  the record is the client's k-vector at the round's coordinates I_t
+  (clipped to `l2_norm_clip` as `SeededGaussianSumQuery` clips), and the
+  release is the clipped sum plus `y_t[I_t]`, where `y_t = (C^-1 w)_t`
+  streams over rounds in all d coordinates (`w_t ~ N(0, stddev^2 I_d)`).
+  That is the public projection onto I_t of the full-space MF release of
+  the clients' vectors scattered to I_t (each of norm at most the clip,
+  zero elsewhere), so the noise cancels across rounds in the model's own
+  coordinates, and the round's event is `MatrixFactorizationDpEvent(stddev
+  / l2_norm_clip, strategy)` as for the full-space query.
+
+  The query recomputes I_t from the public coordinate seed with
+  `draw_coordinates(seed) -> (indices, next seed)`, the chain the
+  aggregator draws from: its state holds a copy of that seed, started
+  where the aggregator's starts and advanced once a round, as the
+  aggregator's is.
+
+  Args:
+    l2_norm_clip, stddev, strategy, seed: As `CorrelatedGaussianSumQuery`'s.
+    dim: d, the full space's size (the noise state holds `memory_slots`
+      float32 vectors of it).
+    coordinate_seed: The coordinate chain's first (public) seed, int64 [2].
+    draw_coordinates: Stateless `(round seed) -> (k int32 indices, next
+      seed)`, TF ops.
+  """
+
+  class _GlobalState(NamedTuple):
+    l2_norm_clip: tf.Tensor
+    stddev: tf.Tensor
+    seed: tf.Tensor
+    memory: tuple
+    coordinate_seed: tf.Tensor
+
+  def __init__(
+    self,
+    l2_norm_clip: float,
+    stddev: float,
+    strategy: mf_strategy.Strategy,
+    *,
+    dim: int,
+    coordinate_seed,
+    draw_coordinates,
+    seed: dp_queries.NoiseSeed,
+  ):
+    super().__init__(
+      l2_norm_clip,
+      stddev,
+      strategy,
+      tf.TensorSpec([int(dim)], tf.float32),
+      seed,
+    )
+    self._coordinate_seed = coordinate_seed
+    self._draw = draw_coordinates
+
+  def make_global_state(
+    self, l2_norm_clip, stddev, seed=None, memory=None, coordinate_seed=None
+  ):
+    if memory is None:
+      memory = tuple(self._zeros() for _ in range(self._slots))
+    if coordinate_seed is None:
+      coordinate_seed = tf.constant(self._coordinate_seed, tf.int64)
+    return self._GlobalState(
+      tf.cast(l2_norm_clip, tf.float32),
+      tf.cast(stddev, tf.float32),
+      dp_queries.seed_tensor(self._seed) if seed is None else seed,
+      memory,
+      coordinate_seed,
+    )
+
+  def get_noised_result(self, sample_state, global_state):
+    seeds = tf.random.experimental.stateless_split(global_state.seed, num=2)
+    w = dp_queries.add_stateless_gaussian_noise(
+      self._zeros(), global_state.stddev, seeds[0]
+    )
+    y, memory = self._correlate(w, global_state.memory)
+    indices, next_coordinate_seed = self._draw(global_state.coordinate_seed)
+    result = sample_state + tf.gather(y, indices)
+    event = MatrixFactorizationDpEvent(
+      global_state.stddev / global_state.l2_norm_clip, self._event_strategy
+    )
+    new_state = global_state._replace(
+      seed=seeds[1], memory=memory, coordinate_seed=next_coordinate_seed
+    )
+    return result, new_state, event

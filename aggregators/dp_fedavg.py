@@ -237,12 +237,8 @@ def gaussian_fixed(
   _check('noise_multiplier', noise_multiplier, positive=False)
   _check('clients_per_round', clients_per_round, positive=True)
   _check('clip', clip, positive=True)
+  correlated_noise.check_noise(noise)
   if noise is not None:
-    if not isinstance(noise, mf_strategy.Strategy):
-      raise ValueError(
-        'noise must be None or an mf_strategy.Strategy. Found '
-        f'{type(noise).__name__}: {noise!r}.'
-      )
     if clipped_fraction_stddev is not None:
       raise ValueError(
         'clipped_fraction_stddev is not supported with correlated noise '

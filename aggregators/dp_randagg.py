@@ -17,10 +17,13 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import mf_strategy
 from tff_dp.aggregators import weighting
 
 
@@ -226,7 +229,8 @@ class DPRandAggFactory(
   post-processing of it and the public I.
 
   DP event (private): the `DPAggregatorState` (state `dp`) records
-  `GaussianDpEvent(z)`, the round's event before sampling
+  `GaussianDpEvent(z)` (with `noise`, `MatrixFactorizationDpEvent(z,
+  strategy)`), the round's event before sampling
   (`dp_events.released_event`). Neighbouring relation: add/remove-one
   client (one client's clipped k-vector added or removed), L2 sensitivity
   C (replace-one, for fixed-size cohorts: 2 C, which `tff_dp.privacy`
@@ -274,6 +278,16 @@ class DPRandAggFactory(
       whole update before its k coordinates are taken, as Guo et al.
       describe the baseline; 'payload' clips only the k-vector (the legacy
       rows above). Unused without a clip.
+    noise: None (default): noise independent across rounds. An
+      `mf_strategy.Strategy`: noise correlated across rounds (DP-MF, as
+      `dp_fedavg.gaussian_fixed(noise=...)`); private only. With
+      `fixed_indices` it streams in the k-dim space (the same coordinates
+      every round); with random coordinates it streams in the d-dim space
+      and each round releases its projection on the round's k
+      coordinates (`correlated_noise.ProjectedCorrelatedGaussianSumQuery`),
+      so it cancels across rounds in the model's coordinates. The round's
+      event is then `correlated_noise.MatrixFactorizationDpEvent(z,
+      strategy)`, accounted over the run by `tff_dp.mf_accounting`.
 
   Raises:
     ValueError: At construction, on a bad argument, naming it and its
@@ -296,8 +310,16 @@ class DPRandAggFactory(
     secure_sum: bool = True,
     fixed_indices: Optional[np.ndarray] = None,
     clip_scope: str = 'update',
+    noise: Optional[mf_strategy.Strategy] = None,
   ):
     """Checks the arguments (k against d at `create`); see the class doc."""
+    correlated_noise.check_noise(noise)
+    if noise is not None and noise_multiplier is None:
+      raise ValueError(
+        'noise (correlated across rounds) needs a private DPRandAggFactory: '
+        'pass noise_multiplier and clip, or noise=None.'
+      )
+    self._noise = noise
     self._fixed_indices = _check_coordinates(
       num_coordinates, fraction, fixed_indices
     )
@@ -329,20 +351,40 @@ class DPRandAggFactory(
       )
     return int(k)
 
-  def _inner_factory(self) -> tff.aggregators.UnweightedAggregationFactory:
-    """The k-dim sum: DP-FedAvg's fixed-clip query, or the plain mean."""
+  def _inner_factory(
+    self, dim: int, k: int
+  ) -> tff.aggregators.UnweightedAggregationFactory:
+    """The k-dim sum: DP-FedAvg's fixed-clip query (its noise correlated
+    in the k-dim space for fixed coordinates, in the d-dim space for
+    random ones), or the plain mean."""
     if not self._private:
       return tff.aggregators.UnweightedMeanFactory()
+    record_aggregation_factory = (
+      tff.aggregators.SecureSumFactory(self._clip, -self._clip)
+      if self._secure_sum
+      else None
+    )
+    if self._noise is not None and self._fixed_indices is None:
+      query = correlated_noise.ProjectedCorrelatedGaussianSumQuery(
+        self._clip,
+        self._clip * self._noise_multiplier,
+        self._noise,
+        dim=dim,
+        coordinate_seed=initial_coordinate_seed(self._seed),
+        draw_coordinates=lambda s: draw_random_coordinates(s, dim, k),
+        seed=self._noise_seed,
+      )
+      return dp_fedavg.DPFactory(
+        tfp.NormalizedQuery(query, denominator=self._clients_per_round),
+        record_aggregation_factory,
+      )
     return dp_fedavg.gaussian_fixed(
       self._noise_multiplier,
       self._clients_per_round,
       self._clip,
       noise_seed=self._noise_seed,
-      record_aggregation_factory=(
-        tff.aggregators.SecureSumFactory(self._clip, -self._clip)
-        if self._secure_sum
-        else None
-      ),
+      noise=self._noise,
+      record_aggregation_factory=record_aggregation_factory,
     )
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
@@ -350,7 +392,7 @@ class DPRandAggFactory(
     dim = sum(sizes)
     k = self.num_coordinates(dim)
     k_type = tff.TensorType(np.float32, [k])
-    inner = self._inner_factory().create(k_type)
+    inner = self._inner_factory(dim, k).create(k_type)
     scale = dim / k if self._rescale else 1.0
     # The whole update's clip ('update' scope); the k-vector's own clip
     # stays in the DP sum's query.

@@ -23,9 +23,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp.aggregators import _tff_private
+from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import finite_guard
+from tff_dp.aggregators import mf_strategy
 from tff_dp.aggregators import weighting
 
 _EVENT_NAMES = ('sketch', 'clip_bit')
@@ -146,10 +148,22 @@ def _flat_spec(value_type):
 
 
 def round_event(
-  noise_multiplier: float, adaptive: Optional[AdaptiveClip]
+  noise_multiplier: float,
+  adaptive: Optional[AdaptiveClip],
+  noise: Optional[mf_strategy.Strategy] = None,
 ) -> dp_accounting.DpEvent:
-  """One round's release before sampling: the sketch's and the bit's."""
-  sketch = dp_accounting.GaussianDpEvent(noise_multiplier)
+  """One round's release before sampling: the sketch's and the bit's
+  (`GaussianDpEvent`s; with `noise`, `MatrixFactorizationDpEvent`s of that
+  strategy)."""
+
+  def gaussian(z):
+    if noise is None:
+      return dp_accounting.GaussianDpEvent(z)
+    return correlated_noise.MatrixFactorizationDpEvent(
+      z, correlated_noise.strategy_json(noise)
+    )
+
+  sketch = gaussian(noise_multiplier)
   if adaptive is None:
     return sketch
   if adaptive.bit_noise_multiplier is None:
@@ -158,7 +172,7 @@ def round_event(
       'clients_per_round).'
     )
   return dp_accounting.ComposedDpEvent(
-    [sketch, dp_accounting.GaussianDpEvent(adaptive.bit_noise_multiplier)]
+    [sketch, gaussian(adaptive.bit_noise_multiplier)]
   )
 
 
@@ -255,7 +269,8 @@ class SketchAggregatorFactory(
 
   State: `OrderedDict(server=OrderedDict(momentum, error, clip, top_k,
   seed), table_sum=..., bit_sum=...)`: the momentum and error sketches, the
-  clip, T and the noise seed; the inner sums' states.
+  clip, T and the noise seed (with `noise`, also `noise_memory`, the
+  correlated streams' past); the inner sums' states.
 
   Measurements (`OrderedDict`):
     * `clip`: the clip C used this round (NaN for FetchSGD);
@@ -286,6 +301,15 @@ class SketchAggregatorFactory(
       secret).
     hashing: The count sketch's hash family, 'murmur' or 'block' ('block'
       needs d <= 1024 x columns; see `count_sketch`).
+    noise: None (default): noise independent across rounds. An
+      `mf_strategy.Strategy` (DPSFL, DPSFL-AC): the sketch's and the bit's
+      noise correlated across rounds in sketch space, `z sqrt(rows) C_t
+      (C^-1 w)_t` and `sigma_b (C^-1 v)_t` from unit-scale draws (so
+      DPSFL-AC's moving clip scales only its own round), with the state's
+      `server.noise_memory` holding the past; the events become
+      `MatrixFactorizationDpEvent`s of that strategy, merged by the ledger
+      as Gaussians are (`tff_dp.privacy.merge_gaussians`) and accounted over
+      the run by `tff_dp.mf_accounting`.
 
   Raises:
     ValueError: At construction, on a bad argument, naming it and its
@@ -311,10 +335,18 @@ class SketchAggregatorFactory(
     seed: int = 0,
     noise_seed: dp_queries.NoiseSeed = None,
     hashing: str = 'murmur',
+    noise: Optional[mf_strategy.Strategy] = None,
   ):
     """Checks the arguments (k against d at `create`); see the class doc."""
     _check_sketch_args(rows, columns, k, momentum, learning_rate, hashing)
     private = noise_multiplier is not None
+    correlated_noise.check_noise(noise)
+    if noise is not None and not private:
+      raise ValueError(
+        'noise (correlated across rounds) needs DPSFL or DPSFL-AC: pass '
+        'noise_multiplier, or noise=None.'
+      )
+    self._noise = noise
     _check_dp_args(noise_multiplier, clients_per_round, clip, adaptive)
     if adaptive is not None:
       adaptive.check()
@@ -347,7 +379,7 @@ class SketchAggregatorFactory(
     """
     if not self._private:
       raise ValueError('FetchSGD releases no DP event.')
-    return round_event(self._z, self._adaptive)
+    return round_event(self._z, self._adaptive, self._noise)
 
   def released_event(self, state, measurements) -> dp_accounting.DpEvent:
     """The round's event, as `dp_events.released_event` reads it.
@@ -407,13 +439,22 @@ class SketchAggregatorFactory(
 
     @tff.tensorflow.computation
     def initial_server():
-      return collections.OrderedDict(
+      state = collections.OrderedDict(
         momentum=tf.zeros([rows, cols]),
         error=tf.zeros([rows, cols]),
         clip=tf.constant(self._clip or 0.0, tf.float32),
         top_k=tf.zeros([k], tf.int32),
         seed=tf.constant(self._noise_seed, tf.int64),
       )
+      if self._noise is not None:
+        # Past unit-scale draws correlated by C^-1 (`correlate`): the
+        # sketch's and the bit's streams.
+        slots = correlated_noise.memory_slots(self._noise)
+        state['noise_memory'] = collections.OrderedDict(
+          table=tuple(tf.zeros([rows, cols]) for _ in range(slots)),
+          bit=tuple(tf.zeros([]) for _ in range(slots)),
+        )
+      return state
 
     return initial_server
 
@@ -480,8 +521,9 @@ class SketchAggregatorFactory(
     def server_update(state, total, hashes, num_clients):
       seeds = tf.random.experimental.stateless_split(state['seed'], num=3)
       clip = state['clip']
-      mean = self._mean_sketch(total['table'], clip, num_clients, seeds)
-      new_clip, p_hat = self._next_clip(total['bit'], clip, seeds)
+      table_noise, bit_noise, noise_memory = self._unit_noise(state, seeds)
+      mean = self._mean_sketch(total['table'], clip, num_clients, table_noise)
+      new_clip, p_hat = self._next_clip(total['bit'], clip, bit_noise)
       momentum = self._momentum * state['momentum'] + mean
       error = state['error'] + self._lr * momentum
       idx, values = sk.top_k(error, self._k, hashes)
@@ -495,6 +537,8 @@ class SketchAggregatorFactory(
         top_k=idx,
         seed=seeds[2],
       )
+      if noise_memory is not None:
+        new_state['noise_memory'] = noise_memory
       measurements = collections.OrderedDict(
         clip=clip if private else tf.constant(float('nan')),
         unclipped_probability=p_hat,
@@ -505,31 +549,57 @@ class SketchAggregatorFactory(
 
     return server_update
 
-  def _mean_sketch(self, table_sum, clip, num_clients, seeds):
+  def _unit_noise(self, state, seeds):
+    """`(sketch noise, bit noise, next noise memory)` at unit stddev.
+
+    Independent: N(0, 1) draws from `seeds[0]` (sketch) and `seeds[1]`
+    (bit), and no memory (None); all None for FetchSGD. With `noise`:
+    those draws correlated by C^-1 (`correlated_noise.correlate`), in unit
+    scale so that the clip DPSFL-AC moves each round scales the round's
+    noise and not the past's.
+    """
+    if not self._private:
+      return None, None, None
+    table = tf.random.stateless_normal(
+      [self._rows, self._columns], seed=seeds[0]
+    )
+    bit = tf.random.stateless_normal([], seed=seeds[1])
+    if self._noise is None:
+      return table, bit, None
+    memory = state['noise_memory']
+    table, table_memory = correlated_noise.correlate(
+      self._noise, table, memory['table']
+    )
+    bit, bit_memory = correlated_noise.correlate(
+      self._noise, bit, memory['bit']
+    )
+    return (
+      table,
+      bit,
+      collections.OrderedDict(table=table_memory, bit=bit_memory),
+    )
+
+  def _mean_sketch(self, table_sum, clip, num_clients, unit_noise):
     """The (noisy) sum's mean: over the expected or the actual clients.
 
-    The noise is drawn from `seeds[0]`, indexed here (an op in the graph).
+    The noise is `unit_noise` (`_unit_noise`) times z sqrt(rows) C.
     """
     if not self._private:
       return table_sum / tf.maximum(num_clients, 1.0)
     bound = math.sqrt(self._rows) * clip
-    noise = tf.random.stateless_normal(
-      [self._rows, self._columns], seed=seeds[0], stddev=self._z * bound
-    )
+    noise = unit_noise * (self._z * bound)
     return (table_sum * bound + noise) / self._clients
 
-  def _next_clip(self, bit_sum, clip, seeds):
+  def _next_clip(self, bit_sum, clip, unit_noise):
     """`(next clip, p_hat)`: DPSFL-AC's geometric update, else unchanged.
 
-    The bit's noise is drawn from `seeds[1]`, indexed here.
+    The bit's noise is `unit_noise` (`_unit_noise`) times sigma_b.
     """
     adaptive = self._adaptive
     new_clip = clip
     p_hat = tf.constant(float('nan'))
     if adaptive is not None:
-      bit_noise = tf.random.stateless_normal(
-        [], seed=seeds[1], stddev=adaptive.bit_noise_multiplier
-      )
+      bit_noise = unit_noise * adaptive.bit_noise_multiplier
       p_hat = (bit_sum + bit_noise) / self._clients
       new_clip = clip * tf.exp(
         adaptive.learning_rate * (adaptive.target_probability - p_hat)

@@ -165,6 +165,71 @@ _FACTORIES = {
     _in_state,
     [_gaussian()],
   ),
+  # DP-RandAgg's random coordinates: noise streamed in the full space,
+  # projected; fixed coordinates (FL-TOP-DP): streamed in the k-dim space.
+  'dp_randagg_banded_mf': (
+    lambda z: dp_randagg.DPRandAggFactory(
+      z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1, noise=_BANDED
+    ),
+    _in_state,
+    [_mf(_Z, _BANDED)],
+  ),
+  'fl_top_dp_blt': (
+    lambda z: dp_randagg.DPRandAggFactory(
+      z,
+      _CLIENTS,
+      1.0,
+      num_coordinates=3,
+      fixed_indices=[0, 2, 5],
+      noise_seed=1,
+      clip_scope='payload',
+      noise=_BLT,
+    ),
+    _in_state,
+    [_mf(_Z, _BLT)],
+  ),
+  'cmp_fed_banded_mf': (
+    lambda z: cmp_fed.cmp_fed(
+      1,
+      noise_multiplier=z,
+      clients_per_round=_CLIENTS,
+      clip_u=1.0,
+      clip_v=1.0,
+      noise_seed=1,
+      noise=_BANDED,
+    ),
+    _in_state,
+    [dp_accounting.ComposedDpEvent([_mf(_Z, _BANDED), _mf(_Z, _BANDED)])],
+  ),
+  'dpsfl_banded_mf': (
+    lambda z: dpsfl.dpsfl(
+      3,
+      20,
+      5,
+      noise_multiplier=z,
+      clients_per_round=_CLIENTS,
+      clip=1.0,
+      noise_seed=1,
+      noise=_BANDED,
+    ),
+    _declared,
+    [_mf(_Z, _BANDED)],
+  ),
+  'dpsfl_ac_blt': (
+    lambda z: dpsfl.dpsfl_ac(
+      3,
+      20,
+      5,
+      noise_multiplier=z,
+      clients_per_round=_CLIENTS,
+      initial_clip=1.0,
+      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=2.0),
+      noise_seed=1,
+      noise=_BLT,
+    ),
+    _declared,
+    [dp_accounting.ComposedDpEvent([_mf(_Z, _BLT), _mf(2.0, _BLT)])],
+  ),
   'gaussian_adaptive': (
     lambda z: dp_fedavg.gaussian_adaptive(
       z, _CLIENTS, initial_clip=0.5, clipped_count_stddev=1.0, noise_seed=1

@@ -187,7 +187,10 @@ def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
 
   `ComposedDpEvent([Gaussian(z_1), ..., Gaussian(z_k)])` (nested, and with
   `SelfComposedDpEvent` of Gaussians and `NoOpDpEvent`s) becomes
-  `Gaussian(z)` with 1/z^2 = sum 1/z_i^2. Other events are returned as is.
+  `Gaussian(z)` with 1/z^2 = sum 1/z_i^2; a composition of
+  `MatrixFactorizationDpEvent`s of one strategy (one round's correlated
+  streams) becomes one of the same strategy, merged alike. Other events
+  are returned as is.
 
   Args:
     event: Any event.
@@ -198,10 +201,49 @@ def merge_gaussians(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   """
   inverse_sq = _gaussian_inverse_square(event)
   if inverse_sq is None:
-    return event
+    return _merge_correlated(event)
   if inverse_sq == 0:
     return dp_accounting.NoOpDpEvent()
   return dp_accounting.GaussianDpEvent(1.0 / math.sqrt(inverse_sq))
+
+
+def _merge_correlated(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  """`ComposedDpEvent` of `MatrixFactorizationDpEvent`s of one strategy
+  (nested, with `NoOpDpEvent`s) as one, 1/z^2 = sum 1/z_i^2; else `event`.
+
+  Exact: the streams (CMP-Fed's two phases, DPSFL-AC's sketch and bit)
+  each add `z_i c_i (C^-1 w_i)_t` for the same lower-triangular C, so
+  their normalised releases stacked are one Gaussian MF mechanism whose
+  rounds (the phases in release order: C kron I, still lower-triangular,
+  so adaptive inputs are covered) carry a client's contribution of norm
+  sqrt(sum 1/z_i^2) in every row block C touches. Its sensitivity under
+  any participation pattern is C's times that norm, which is what
+  `mf_accounting` charges for `MatrixFactorizationDpEvent(z)`.
+  """
+  leaves = []
+
+  def walk(e) -> bool:
+    if isinstance(e, dp_accounting.NoOpDpEvent):
+      return True
+    if isinstance(e, correlated_noise.MatrixFactorizationDpEvent):
+      leaves.append(e)
+      return True
+    if isinstance(e, dp_accounting.ComposedDpEvent):
+      return all(walk(x) for x in e.events)
+    return False
+
+  if not isinstance(event, dp_accounting.ComposedDpEvent) or not walk(event):
+    return event
+  if not leaves:
+    return dp_accounting.NoOpDpEvent()
+  if len({e.strategy for e in leaves}) > 1:
+    return event  # Different strategies: not one mechanism (refused later).
+  if any(float(e.noise_multiplier) == 0 for e in leaves):
+    return correlated_noise.MatrixFactorizationDpEvent(0.0, leaves[0].strategy)
+  inverse_sq = sum(1.0 / float(e.noise_multiplier) ** 2 for e in leaves)
+  return correlated_noise.MatrixFactorizationDpEvent(
+    1.0 / math.sqrt(inverse_sq), leaves[0].strategy
+  )
 
 
 def gaussian_shares(event: dp_accounting.DpEvent) -> Optional[list[float]]:

@@ -182,3 +182,71 @@ def test_noise_covariance_over_rounds_is_sigma2_cinv_cinv_t(strategy):
   assert np.all(np.abs(got - want) <= 4 * se), np.max(np.abs(got - want) / se)
   # And it is correlated: a test of independence would see it.
   assert np.max(np.abs(want - np.diag(np.diag(want)))) > 10 * np.max(se)
+
+
+def _projected(strategy, dim, k, stddev=STDDEV):
+  from tff_dp.aggregators import dp_randagg  # pylint: disable=g-import-not-at-top
+
+  return cn.ProjectedCorrelatedGaussianSumQuery(
+    CLIP,
+    stddev,
+    strategy,
+    dim=dim,
+    coordinate_seed=dp_randagg.initial_coordinate_seed(3),
+    draw_coordinates=lambda s: dp_randagg.draw_random_coordinates(s, dim, k),
+    seed=SEED,
+  )
+
+
+@pytest.mark.parametrize(
+  'strategy',
+  [mf.banded([1.0, 0.6, 0.3]), mf.blt([0.9, 0.5], [0.3, 0.2])],
+  ids=['banded3', 'blt'],
+)
+def test_projected_noise_is_the_full_space_stream_at_each_rounds_coordinates(
+  strategy,
+):
+  # DP-RandAgg's random k of d: round t releases y_t[I_t], y = C^-1 w over
+  # all d coordinates (w DP-FedAvg's d-dim draws for the same seed), I_t the
+  # aggregator's coordinate chain from the same public seed.
+  from tff_dp.aggregators import dp_randagg  # pylint: disable=g-import-not-at-top
+
+  dim, k, rounds = 12, 4, 6
+  query = _projected(strategy, dim, k)
+  state = query.initial_global_state()
+  base = dp_queries.SeededGaussianSumQuery(CLIP, STDDEV, SEED)
+  base_state = base.initial_global_state()
+  coordinate_seed = tf.constant(dp_randagg.initial_coordinate_seed(3))
+  record = tf.constant([3.0, 0.0, 4.0, 0.0])  # Clipped to (0.6, 0, 0.8, 0).
+  draws, releases, indices = [], [], []
+  for _ in range(rounds):
+    w, base_state, _ = base.get_noised_result(tf.zeros([dim]), base_state)
+    draws.append(np.asarray(w, np.float64))
+    params = query.derive_sample_params(state)
+    sample = query.accumulate_record(
+      params, query.initial_sample_state(record), record
+    )
+    result, state, event = query.get_noised_result(sample, state)
+    releases.append(np.asarray(result, np.float64))
+    idx, coordinate_seed = dp_randagg.draw_random_coordinates(
+      coordinate_seed, dim, k
+    )
+    indices.append(np.asarray(idx))
+  y = strategy.noise(np.stack(draws))  # (rounds, dim)
+  signal = np.array([0.6, 0.0, 0.8, 0.0])
+  assert len({tuple(i) for i in indices}) > 1  # The coordinates moved.
+  for t in range(rounds):
+    np.testing.assert_allclose(
+      releases[t], signal + y[t, indices[t]], rtol=2e-5, atol=2e-6
+    )
+  assert float(event.noise_multiplier) == pytest.approx(STDDEV / CLIP)
+  assert event.strategy == cn.strategy_json(strategy)
+
+
+def test_projected_query_moves_the_release_by_at_most_the_clip():
+  query = _projected(mf.banded([1.0, 0.5]), 50, 10, stddev=0.0)
+  honest = [tf.constant(np.linspace(-1e-3, 1e-3, 10), tf.float32)]
+  attacker = tf.constant(np.full(10, 1e6), tf.float32)
+  without = _release(query, honest)
+  with_it = _release(query, honest + [attacker])
+  assert np.linalg.norm(with_it - without) <= CLIP * (1 + 1e-5)

@@ -6,7 +6,10 @@ import tensorflow_federated as tff
 from tff_dp import contexts
 from tff_dp import privacy
 from tff_dp import training
+from tff_dp.aggregators import correlated_noise
+from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import dp_randagg
+from tff_dp.aggregators import mf_strategy
 
 STRUCT = tff.StructWithPythonType(
   [tff.TensorType(np.float32, [2, 2]), tff.TensorType(np.float32, [2])], list
@@ -149,6 +152,64 @@ def test_noise_only_on_selected_coordinates(fixed):
   assert abs(noise.mean()) < 4 * (z * clip / n) / np.sqrt(noise.size)
   event = training.find_dp_events(state)[0]
   assert event == dp_accounting.GaussianDpEvent(pytest.approx(z))
+
+
+@pytest.mark.parametrize('fixed', [False, True])
+def test_correlated_noise_streams_in_the_space_its_coordinates_live_in(fixed):
+  # Zero updates from 2 of an expected 4 clients: the release at I_t is the
+  # correlated noise over 4. Random coordinates (DP-RandAgg, FL-BASIC-DP):
+  # C^-1 over d-dim draws, read at the round's I_t (so coordinate j's noise
+  # cancels across the rounds that release it); fixed ones (FL-TOP-DP):
+  # C^-1 over the k-dim draws. The draws are DP-FedAvg's query's for the
+  # same seed.
+  z, clip, n, dim, k, rounds = 2.0, 0.5, 4, 40, 8, 5
+  strategy = mf_strategy.banded([1.0, 0.5, 0.25])
+  indices = np.arange(0, dim, dim // k)
+  factory = dp_randagg.DPRandAggFactory(
+    z,
+    n,
+    clip,
+    num_coordinates=k,
+    fixed_indices=indices if fixed else None,
+    seed=2,
+    noise_seed=0,
+    secure_sum=False,
+    noise=strategy,
+  )
+  process = factory.create(tff.TensorType(np.float32, [dim]))
+  state = process.initialize()
+  base = dp_queries.SeededGaussianSumQuery(clip, z * clip, 0)
+  base_state = base.initial_global_state()
+  space = k if fixed else dim
+  draws, releases, supports = [], [], []
+  for _ in range(rounds):
+    w, base_state, _ = base.get_noised_result(
+      np.zeros(space, np.float32), base_state
+    )
+    draws.append(np.asarray(w, np.float64))
+    out = process.next(state, [np.zeros(dim, np.float32)] * 2)
+    state = out.state
+    supports.append(np.flatnonzero(out.result))
+    releases.append(out.result[supports[-1]])
+  y = strategy.noise(np.stack(draws)) / n
+  for t in range(rounds):
+    want = y[t] if fixed else y[t, supports[t]]
+    np.testing.assert_allclose(releases[t], want, rtol=2e-5, atol=2e-6)
+  if not fixed:
+    assert len({tuple(s) for s in supports}) == rounds
+  event = training.find_dp_events(state)[0]
+  assert event == correlated_noise.MatrixFactorizationDpEvent(
+    z, correlated_noise.strategy_json(strategy)
+  )
+
+
+def test_correlated_noise_needs_a_private_factory_and_a_strategy():
+  with pytest.raises(ValueError, match='needs a private DPRandAggFactory'):
+    dp_randagg.DPRandAggFactory(
+      None, 10, None, num_coordinates=2, noise=mf_strategy.banded([1.0])
+    )
+  with pytest.raises(ValueError, match=r'noise must be None or an mf_strat'):
+    dp_randagg.DPRandAggFactory(1.0, 10, 1.0, num_coordinates=2, noise='blt')
 
 
 def test_payload_and_bytes():

@@ -329,3 +329,44 @@ def test_calibrating_a_cyclic_run_meets_the_target_in_its_ledger(accountant):
 def test_bad_cyclic_sampling_is_named(kwargs, match):
   with pytest.raises(ValueError, match=match):
     privacy.Sampling(num_clients=100, **kwargs)
+
+
+def test_two_streams_of_one_strategy_are_accounted_as_one_merged_stream():
+  # CMP-Fed's two phases and DPSFL-AC's sketch and bit: one round releases
+  # MF(z1, C) and MF(z2, C) on one cohort; the ledger charges them as one
+  # MF(z, C), 1/z^2 = 1/z1^2 + 1/z2^2 (privacy.merge_gaussians' docstring
+  # gives the argument), equal to independent dp_accounting of that event.
+  strategy = mf.banded([0.8, 0.5, 0.3])
+  z1, z2, groups, q, rounds, delta = 1.2, 2.5, 3, 0.3, 10, 1e-5
+  composed = dp_accounting.ComposedDpEvent(
+    [_mf_event(z1, strategy), _mf_event(z2, strategy)]
+  )
+  ledger = _cyclic_ledger('cyclic_poisson', groups, q, composed, rounds, delta)
+  z = (z1**-2 + z2**-2) ** -0.5
+  kappa = math.sqrt(0.8**2 + 0.5**2 + 0.3**2)
+  want = _independent(
+    dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+        q, dp_accounting.GaussianDpEvent(z / kappa)
+      ),
+      -(-rounds // groups),
+    ),
+    delta,
+  )
+  assert ledger.epsilon() == pytest.approx(want, rel=1e-9)
+
+
+def test_streams_of_different_strategies_or_mixed_with_iid_are_refused():
+  a, b = mf.banded([1.0, 0.5]), mf.banded([1.0, 0.3])
+  ledger = privacy.PrivacyLedger(
+    privacy.Sampling('cyclic_poisson', 1200, rate=0.2, groups=2), 1e-5
+  )
+  for parts in (
+    [_mf_event(1.0, a), _mf_event(1.0, b)],
+    [_mf_event(1.0, a), dp_accounting.GaussianDpEvent(1.0)],
+  ):
+    event = dp_accounting.ComposedDpEvent(parts)
+    assert privacy.merge_gaussians(event) is event
+    with pytest.raises(dp_accounting.UnsupportedEventError, match='Gaussian'):
+      ledger.record(event)
+  assert ledger.rounds == 0

@@ -69,6 +69,7 @@ def _method(name, description, options_cls, build_client_work):
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,
     build_client_work=build_client_work,
+    correlated_noise=True,
   )
 
 

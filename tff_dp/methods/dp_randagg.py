@@ -47,10 +47,12 @@ registry.register(
       seed=p.seed,
       noise_seed=p.noise_seed,
       clip_scope=p.options.randagg_clip_scope,
+      noise=p.noise_strategy,
     ),
     upload_bytes=lambda p: dp_randagg.upload_bytes(num_coordinates(p)),
     # The round's k coordinate indices (int32) come down with the model.
     extra_download_bytes=lambda p: 4 * num_coordinates(p),
     round_event=registry.gaussian,
+    correlated_noise=True,
   )
 )

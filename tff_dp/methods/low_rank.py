@@ -97,6 +97,7 @@ def _method(name: str) -> registry.Method:
       clip_v=clip_v,
       seed=p.seed,
       noise_seed=p.noise_seed,
+      noise=p.noise_strategy,
       **layout,
     )
 
@@ -121,13 +122,14 @@ def _method(name: str) -> registry.Method:
     round_event=(
       (
         lambda z, p: dp_accounting.ComposedDpEvent(
-          [dp_accounting.GaussianDpEvent(z)] * 2
+          [registry.gaussian(z, p)] * 2
         )
       )
       if private
       else None
     ),
     setup=_with_model_shapes,
+    correlated_noise=private,
   )
 
 

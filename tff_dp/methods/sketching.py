@@ -157,6 +157,7 @@ def _method(name: str) -> registry.Method:
       adaptive=adaptive_clip(p),
       seed=p.seed,
       noise_seed=p.noise_seed,
+      noise=p.noise_strategy if private else None,
     )
 
   return registry.Method(
@@ -174,8 +175,11 @@ def _method(name: str) -> registry.Method:
     )
     - communication.dense_float32_bytes(p.num_model_params),
     round_event=(
-      (lambda z, p: dpsfl.round_event(z, adaptive_clip(p))) if private else None
+      (lambda z, p: dpsfl.round_event(z, adaptive_clip(p), p.noise_strategy))
+      if private
+      else None
     ),
+    correlated_noise=private,
   )
 
 

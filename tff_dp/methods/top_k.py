@@ -118,6 +118,7 @@ def _top_k_method(
     upload_bytes=lambda p: 4 * count(p),
     round_event=registry.gaussian if private else None,
     public_round_clip=private,
+    correlated_noise=private,
     **kwargs,
   )
 
@@ -132,6 +133,7 @@ def _fl_top_method(name: str, private: bool) -> registry.Method:
       noise_seed=p.noise_seed,
       # Kerkouche et al. 2021 clip the compressed update.
       clip_scope='payload',
+      noise=p.noise_strategy if private else None,
     )
 
   return _top_k_method(
@@ -162,6 +164,7 @@ def _fl_basic_method(name: str, private: bool) -> registry.Method:
       seed=p.seed,
       noise_seed=p.noise_seed,
       clip_scope='payload',
+      noise=p.noise_strategy if private else None,
     )
 
   return _top_k_method(
