@@ -4,12 +4,13 @@ Each method's round is timed exactly as `benchmarks.round_speed` times ours
 (one Fashion-MNIST round: 100 clients x 10 steps x batch 10, McMahan CNN,
 noise 1.185, clip 1, update diagnostics off, each method with its default
 hyperparameters unless the row names an override such as
-`fetchsgd:sketch_hashing=block`), every method in its own process, one
-after the other. The cost is the CPU seconds a round takes (this process
-and the TFF worker): on a shared VM the wall time also counts the time the
-hypervisor gave our cores to others (the same DP-FedAvg round took 16.3
-and 40.4 s in two superseded runs an hour apart here, 2026-11-22), while
-CPU time counts the work. Wall time is reported beside it.
+`fetchsgd:sketch_hashing=block`, or DP-FedAvg with banded or BLT noise,
+`CORRELATED`), every method in its own process, one after the other. The
+cost is the CPU seconds a round takes (this process and the TFF worker):
+on a shared VM the wall time also counts the time the hypervisor gave our
+cores to others (the same DP-FedAvg round took 16.3 and 40.4 s in two
+superseded runs an hour apart here, 2026-11-22), while CPU time counts
+the work. Wall time is reported beside it.
 DP-FedAvg is timed first, again after every `--every` methods, and last;
 each method's `x dp_fedavg` divides its median by the mean of the
 DP-FedAvg medians just before and after it (target: <= 1.10); the
@@ -29,11 +30,21 @@ from absl import flags
 
 from benchmarks import results_table
 
+# DP-FedAvg with noise correlated across rounds (issue #86): banded MF (4
+# bands, cyclic Poisson at the round's expected cohort) and BLT (2
+# buffers, min-separation over 2 groups). The timed cohort is the same 100
+# clients; what differs is the aggregator's noise and its state.
+CORRELATED = (
+  'dp_fedavg:participation=cyclic_poisson+client_sampling_rate=0.0667+'
+  'clients_per_round=null+noise=banded+bands="4"',
+  'dp_fedavg:participation=cyclic+client_sampling_rate=0.0667+'
+  'clients_per_round=null+participation_groups=2+noise=blt',
+)
 _METHODS = flags.DEFINE_list(
   'methods',
   'blur,lus,blur_lus,dp_randagg,fl_top_dp,fl_basic_dp,fetchsgd,dpsfl,'
-  'dpsfl_ac,cmp_fed,uv_fed',
-  'Methods to time besides dp_fedavg.',
+  'dpsfl_ac,cmp_fed,uv_fed,' + ','.join(CORRELATED),
+  'Methods to time besides dp_fedavg (`round_speed.parse_method` specs).',
 )
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds after warm-up.')
 _EVERY = flags.DEFINE_integer(
