@@ -141,6 +141,44 @@ _REGIME_300 = tuple(
   )
 )
 _by_name_300 = {r.name: r for r in _REGIME_300}
+# Issue #86: DP-FedAvg with noise correlated across rounds, at the same
+# epsilon. Each writer takes part about 30 times (q = 0.1 over 300 rounds),
+# where correlation has the most rounds to cancel over. Banded MF under
+# cyclic Poisson (amplified; bands auto) under seeds 0-2; BLT under
+# min-separation over 10 groups (each member of the round's group takes
+# part: 30 writers a round, 30 participations each; no amplification).
+_banded_300 = at_rounds(
+  Row(
+    'banded_mf',
+    'DP-FedAvg, banded MF noise (bands auto, cyclic Poisson)',
+    dict(
+      method='dp_fedavg',
+      participation='cyclic_poisson',
+      noise='banded',
+      bands='auto',
+    ),
+  ),
+  300,
+  eval_every=10,
+)
+_CORRELATED_300 = (
+  _banded_300,
+  *reseeded(_banded_300, (1, 2)),
+  at_rounds(
+    Row(
+      'blt',
+      'DP-FedAvg, BLT noise (2 buffers, 10 groups, min-separation)',
+      dict(
+        method='dp_fedavg',
+        participation='cyclic',
+        participation_groups=10,
+        noise='blt',
+      ),
+    ),
+    300,
+    eval_every=10,
+  ),
+)
 _PAPER_SCALE_000 = """
 Rows ending `_300` (issue #28) run Table 3's rows (DP-FedAvg, LUS and
 BLUR + LUS at sparsity 0.5 / 0.9, lambda 0.4) and DDGauss in this regime
@@ -155,7 +193,9 @@ round of 30 carries about 1.7 times the noise variance of DP-FedAvg's at
 the same epsilon, and the ledger does not charge for what the cohort
 count reveals (README). `_seed1` / `_seed2` rerun the headline pair
 (BLUR + LUS at sparsity 0.9, DP-FedAvg) with `--seed` and `--noise_seed`
-set to 1 / 2. Of the `_300` rows defined in the study, only those in
+set to 1 / 2. `banded_mf_300` (seeds 0-2) and `blt_300` are DP-FedAvg
+with noise correlated across rounds at the same epsilon (issue #86;
+docs/privacy.md). Of the `_300` rows defined in the study, only those in
 this table have run.
 """
 STUDIES['seed000_regime'] = Study(
@@ -215,6 +255,7 @@ the same epsilon) and show only the mechanism; full rows run 30.
   # The headline pair (BLUR + LUS at sparsity 0.9 against DP-FedAvg) under
   # seeds 1, 2.
   + reseeded(_by_name_300['blur_lus_0.9_300'], (1, 2))
-  + reseeded(_by_name_300['dp_fedavg_300'], (1, 2)),
+  + reseeded(_by_name_300['dp_fedavg_300'], (1, 2))
+  + _CORRELATED_300,
   columns=STUDIES['seed000_table3'].columns,
 )
