@@ -31,6 +31,7 @@ OUT = pathlib.Path(__file__).parent / 'results' / 'correlated_noise_plan.md'
 REGIMES = {
   'seed001 Fashion-MNIST IID': (180, 1 / 60, 1.0, 1e-4, 0.0),
   'seed000 EMNIST': (300, 0.1, 6.0, 1 / 300, 0.0),
+  'seed004 in-hospital mortality': (100, 0.1, 1.0, 1e-4, 0.0),
 }
 BLT_GROUPS = (10, 30, 60)
 COLUMNS = (

@@ -216,6 +216,28 @@ def _rows_001(split):
       eval_every=5,
     )
     rows += [banded, *reseeded(banded, (1, 2))]
+    # A compressed method with the same noise, beside its iid row
+    # (dp_randagg_r16_180, clip 1): the noise streams over all d
+    # coordinates and each round releases its projection on the round's k.
+    rows.append(
+      at_rounds(
+        Row(
+          'dp_randagg_r16_banded_mf',
+          'DP-RandAgg (rank-16 ratio), banded MF noise (bands auto, cyclic '
+          'Poisson)',
+          dict(
+            method='dp_randagg',
+            randagg_fraction=_RANDAGG_FRACTION[16],
+            participation='cyclic_poisson',
+            noise='banded',
+            bands='auto',
+          ),
+          dict(best=paper['dp_randagg'][16] / 100),
+        ),
+        180,
+        eval_every=5,
+      )
+    )
     rows.append(
       at_rounds(
         Row(

@@ -333,32 +333,6 @@ STUDIES['seed004_medical'] = dataclasses.replace(
 )
 
 
-def _banded(row: Row) -> Row:
-  """Issue #86: `row` with banded MF noise (--bands=auto) under cyclic
-  Poisson participation, at the same epsilon."""
-  return dataclasses.replace(
-    row,
-    name=f'{row.name}_banded_mf',
-    label=f'{row.label}, banded MF noise (bands auto, cyclic Poisson)',
-    flags=dict(
-      row.flags, participation='cyclic_poisson', noise='banded', bands='auto'
-    ),
-  )
-
-
-# Issue #86: the headline pair with noise correlated across rounds. 400
-# clients at q = 0.1 over 100 rounds: each client joins about 10 rounds,
-# where correlation has rounds to cancel over.
-_banded_rows = tuple(
-  _banded(_by_name[name]) for name in ('fl_top_dp_r5pct', 'dp_fedavg')
-)
-_medical = STUDIES['seed004_medical']
-STUDIES['seed004_medical'] = dataclasses.replace(
-  _medical,
-  rows=_medical.rows
-  + tuple(r for row in _banded_rows for r in (row, *reseeded(row, (1, 2)))),
-)
-
 # Issue #28: Table 1 at the paper's 200 rounds (noise recalibrated for
 # epsilon 1 over them), evaluated every 5th round. The DP rows clip at S
 # from one unclipped round on the public batch (the paper's rule, inside
