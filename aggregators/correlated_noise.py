@@ -8,6 +8,10 @@ the seed and its advance are the same, so a one-band strategy with `c_0 =
 state keeps what `C y = w` needs of the past: the last `bands - 1` noise
 structures (banded) or one buffer structure per theta (BLT), each the
 shape of the record. It is secret server state, like the seed.
+`ProjectedCorrelatedGaussianSumQuery` streams the noise in a larger space
+(the model's d coordinates) and releases its projection on the round's
+public coordinates (DP-RandAgg's random k); `correlate` is the recurrence
+both use, and that DPSFL's sketch-space noise uses too.
 
 DpEvent: `MatrixFactorizationDpEvent(stddev / l2_norm_clip, strategy)`, one
 per round. It is not a per-round guarantee: the rounds are one Gaussian

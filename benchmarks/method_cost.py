@@ -36,7 +36,7 @@ from benchmarks import results_table
 # clients; what differs is the aggregator's noise and its state.
 CORRELATED = (
   'dp_fedavg:participation=cyclic_poisson+client_sampling_rate=0.0667+'
-  'clients_per_round=null+noise=banded+bands="4"',
+  'clients_per_round=null+noise=banded+bands=4',
   'dp_fedavg:participation=cyclic+client_sampling_rate=0.0667+'
   'clients_per_round=null+participation_groups=2+noise=blt',
 )

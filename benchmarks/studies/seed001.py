@@ -388,8 +388,21 @@ the 5-label split, `dp_fedavg_clip0.5_180` takes the IID winner untuned
 (no grid ran there). `dp_fedavg_clip0.5_pld_180` calibrates the winner's
 noise with PLD (`--accountant=pld`) to epsilon 1 by PLD, so its RDP
 epsilon is above 1 and it is not at the other rows' epsilon: it shows
-what the tighter accountant buys at the seed's (1, 1e-4). Of the `_180`
-rows defined in the study, only those in this table have run."""
+what the tighter accountant buys at the seed's (1, 1e-4). Rows with
+`banded_mf` (issue #86; IID split) add noise correlated across rounds at
+the same epsilon (docs/privacy.md): `--noise=banded --bands=auto` under
+cyclic Poisson participation (the clients dealt into b fixed groups by
+the public seed, round t sampling group t mod b at b x the rate, accounted
+as amplified banded MF). `--bands=auto` picks 4 bands here (z 1.93, a
+per-round noise multiplier of 4.26 against DP-FedAvg's 1.185, and 0.76 x
+its expected prefix-sum error; benchmarks/results/correlated_noise_plan.md).
+`banded_mf_clip0.5_180` is the tuned DP-FedAvg (clip 0.5) with it, under
+seeds 0-2; `dp_randagg_r16_banded_mf_180` is `dp_randagg_r16_180` with it
+(the noise streams over all d coordinates, and each round releases its
+projection on the round's k). `blt_clip0.5_180` (BLT, min-separation, 30
+groups) is defined but predicted 89 x DP-FedAvg's error (the plan). Of
+the `_180` rows defined in the study, only those in this table have
+run."""
 _COMMON_001 = dict(
   rounds=30,
   client_sampling_rate=1 / 60,

@@ -73,10 +73,17 @@ def test_settings_that_do_not_go_together_are_named(kwargs, match):
     _config(**kwargs).validate()
 
 
-@pytest.mark.parametrize('bad', ['0', '-1', 'two', '1.5'])
+@pytest.mark.parametrize('bad', ['0', '-1', 'two', '1.5', 0, True, 2.0])
 def test_bad_bands_are_named(bad):
   with pytest.raises(ValueError, match="'auto' or an integer >= 1"):
     _config(bands=bad)
+
+
+def test_bands_as_an_int_plans_as_its_digits():
+  # A Python config or a benchmark spec (`bands=4` read as JSON).
+  a = noise_plan.resolve(_config(bands=3, rounds=12), 100, 1e-3)
+  b = noise_plan.resolve(_config(bands='3', rounds=12), 100, 1e-3)
+  assert a == b and a.strategy.bands == 3
 
 
 def test_auto_bands_pick_the_least_expected_error_and_groups_follow():

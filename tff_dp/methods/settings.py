@@ -114,6 +114,10 @@ def parse_task_options(items) -> tuple[tuple[str, object], ...]:
 def _bands(name, value):
   if value == 'auto':
     return
+  # An int as well as its digits: a config built in Python, or a
+  # `round_speed.parse_method` spec (which reads `bands=4` as JSON).
+  if isinstance(value, int) and not isinstance(value, bool):
+    value = str(value)
   if not (isinstance(value, str) and value.isdigit() and int(value) >= 1):
     raise ValueError(
       f"{name} must be 'auto' or an integer >= 1. Found {value!r}."
