@@ -417,6 +417,81 @@ _NOISELESS = {
 }
 
 
+def _num_params() -> int:
+  return sum(int(np.prod(v.shape)) for v in _keras_model().trainable_weights)
+
+
+# Correlated noise at multiplier 0 adds nothing: these factories'
+# noiseless releases are their iid twins' kind (FL-TOP-DP's: every other
+# coordinate, fixed).
+_NOISELESS.update(
+  {
+    'gaussian_fixed_banded_mf': (
+      lambda: dp_fedavg.gaussian_fixed(0.0, _CLIENTS, 1.0, noise=_BANDED),
+      'mean',
+    ),
+    'gaussian_fixed_blt': (
+      lambda: dp_fedavg.gaussian_fixed(0.0, _CLIENTS, 1.0, noise=_BLT),
+      'mean',
+    ),
+    'dp_randagg_banded_mf': (
+      lambda: dp_randagg.DPRandAggFactory(
+        0.0, _CLIENTS, 1.0, fraction=0.5, noise=_BANDED
+      ),
+      'kept',
+    ),
+    'fl_top_dp_blt': (
+      lambda: dp_randagg.DPRandAggFactory(
+        0.0,
+        _CLIENTS,
+        1.0,
+        num_coordinates=len(range(0, _num_params(), 2)),
+        fixed_indices=np.arange(0, _num_params(), 2),
+        clip_scope='payload',
+        noise=_BLT,
+      ),
+      'kept',
+    ),
+    'cmp_fed_banded_mf': (
+      lambda: cmp_fed.cmp_fed(
+        10,
+        noise_multiplier=0.0,
+        clients_per_round=_CLIENTS,
+        clip_u=1e3,
+        clip_v=1e3,
+        noise=_BANDED,
+      ),
+      'mean',
+    ),
+    'dpsfl_banded_mf': (
+      lambda: dpsfl.dpsfl(
+        3,
+        10_000,
+        _K,
+        noise_multiplier=0.0,
+        clients_per_round=_CLIENTS,
+        clip=1.0,
+        noise=_BANDED,
+      ),
+      'top_k',
+    ),
+    'dpsfl_ac_blt': (
+      lambda: dpsfl.dpsfl_ac(
+        3,
+        10_000,
+        _K,
+        noise_multiplier=0.0,
+        clients_per_round=_CLIENTS,
+        initial_clip=1.0,
+        adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=0.0),
+        noise=_BLT,
+      ),
+      'top_k',
+    ),
+  }
+)
+
+
 def test_every_factory_has_a_noiseless_check():
   assert set(_NOISELESS) == set(_FACTORIES)
 

@@ -103,6 +103,8 @@ def _each_flag_moves_its_field_alone() -> int:
       value = ['alpha=0.5', 'model=mlp']
     elif flag.name == 'workers':
       value = 'localhost:8000'  # Checked on creation: host:port items.
+    elif flag.name == 'bands':
+      value = '3'  # Checked on creation: 'auto' or an integer's digits.
     else:
       # Each setting is checked on creation: a value it takes.
       value = _valid_other_value(flag, settings.RunSettings)
@@ -181,5 +183,7 @@ def test_the_builders_params_derive_from_the_declared_settings():
     'num_model_params',
     'expected_clients_per_round',
     'noise_multiplier',
+    # The strategy that --noise resolves to (tff_dp.noise_plan).
+    'noise_strategy',
     'options',
   }
