@@ -532,12 +532,11 @@ class CMPFedFactory(
   ):
     """Checks the arguments; see the class docstring."""
     _check_rank(rank)
-    correlated_noise.check_noise(noise)
-    if noise is not None and noise_multiplier is None:
-      raise ValueError(
-        'noise (correlated across rounds) needs CMP-Fed: pass '
-        'noise_multiplier and the clips, or noise=None.'
-      )
+    correlated_noise.check_noise(
+      noise,
+      private=noise_multiplier is not None,
+      needs='CMP-Fed: pass noise_multiplier and the clips',
+    )
     self._noise = noise
     check_options(layout, vectors_phase, dense_below)
     _check_dp_args(noise_multiplier, clients_per_round, clip_u, clip_v)

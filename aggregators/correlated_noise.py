@@ -45,13 +45,24 @@ class MatrixFactorizationDpEvent(dp_accounting.DpEvent):
   strategy: str
 
 
-def check_noise(noise) -> None:
-  """Raises ValueError unless `noise` is None or an `mf_strategy.Strategy`
-  (the `noise=` argument of every factory with correlated noise)."""
-  if noise is not None and not isinstance(noise, mf_strategy.Strategy):
+def check_noise(noise, *, private: bool = True, needs: str = '') -> None:
+  """Checks the `noise=` argument of a factory with correlated noise.
+
+  Raises:
+    ValueError: Unless `noise` is None or an `mf_strategy.Strategy`; or if
+      it is a strategy and the factory is not `private` (the message says
+      it `needs` that).
+  """
+  if noise is None:
+    return
+  if not isinstance(noise, mf_strategy.Strategy):
     raise ValueError(
       'noise must be None or an mf_strategy.Strategy. Found '
       f'{type(noise).__name__}: {noise!r}.'
+    )
+  if not private:
+    raise ValueError(
+      f'noise (correlated across rounds) needs {needs}, or noise=None.'
     )
 
 

@@ -313,12 +313,11 @@ class DPRandAggFactory(
     noise: Optional[mf_strategy.Strategy] = None,
   ):
     """Checks the arguments (k against d at `create`); see the class doc."""
-    correlated_noise.check_noise(noise)
-    if noise is not None and noise_multiplier is None:
-      raise ValueError(
-        'noise (correlated across rounds) needs a private DPRandAggFactory: '
-        'pass noise_multiplier and clip, or noise=None.'
-      )
+    correlated_noise.check_noise(
+      noise,
+      private=noise_multiplier is not None,
+      needs='a private DPRandAggFactory: pass noise_multiplier and clip',
+    )
     self._noise = noise
     self._fixed_indices = _check_coordinates(
       num_coordinates, fraction, fixed_indices

@@ -340,12 +340,11 @@ class SketchAggregatorFactory(
     """Checks the arguments (k against d at `create`); see the class doc."""
     _check_sketch_args(rows, columns, k, momentum, learning_rate, hashing)
     private = noise_multiplier is not None
-    correlated_noise.check_noise(noise)
-    if noise is not None and not private:
-      raise ValueError(
-        'noise (correlated across rounds) needs DPSFL or DPSFL-AC: pass '
-        'noise_multiplier, or noise=None.'
-      )
+    correlated_noise.check_noise(
+      noise,
+      private=private,
+      needs='DPSFL or DPSFL-AC: pass noise_multiplier',
+    )
     self._noise = noise
     _check_dp_args(noise_multiplier, clients_per_round, clip, adaptive)
     if adaptive is not None:

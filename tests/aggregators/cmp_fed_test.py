@@ -510,3 +510,19 @@ def test_client_norms_are_measured_only_when_asked():
   out = process.next(process.initialize(), [small])
   assert 'client_norms' not in out.measurements
   assert set(out.measurements) == {'u', 'v', 'mean_norms'}
+
+
+def test_correlated_noise_needs_cmp_fed_and_a_strategy():
+  from tff_dp.aggregators import mf_strategy  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(ValueError, match='needs CMP-Fed: pass noise_multiplier'):
+    cmp_fed.uv_fed(2, noise=mf_strategy.banded([1.0, 0.5]))
+  with pytest.raises(ValueError, match='noise must be None or an mf_strat'):
+    cmp_fed.cmp_fed(
+      2,
+      noise_multiplier=1.0,
+      clients_per_round=5,
+      clip_u=1.0,
+      clip_v=1.0,
+      noise='banded',
+    )
