@@ -244,9 +244,13 @@ def test_projected_noise_is_the_full_space_stream_at_each_rounds_coordinates(
 
 
 def test_projected_query_moves_the_release_by_at_most_the_clip():
-  query = _projected(mf.banded([1.0, 0.5]), 50, 10, stddev=0.0)
-  honest = [tf.constant(np.linspace(-1e-3, 1e-3, 10), tf.float32)]
-  attacker = tf.constant(np.full(10, 1e6), tf.float32)
+  # The CNN's d and DP-RandAgg's rank-16 k (0.047459 d).
+  d, k = 1_663_370, 78_941
+  query = _projected(mf.banded([1.0, 0.5]), d, k, stddev=0.0)
+  honest = [tf.constant(np.linspace(-1e-3, 1e-3, k), tf.float32)]
+  attacker = np.full(k, 1e6, np.float32)
+  attacker[::2] = -1e6
+  attacker = tf.constant(attacker)
   without = _release(query, honest)
   with_it = _release(query, honest + [attacker])
   assert np.linalg.norm(with_it - without) <= CLIP * (1 + 1e-5)

@@ -370,3 +370,18 @@ def test_streams_of_different_strategies_or_mixed_with_iid_are_refused():
     with pytest.raises(dp_accounting.UnsupportedEventError, match='Gaussian'):
       ledger.record(event)
   assert ledger.rounds == 0
+
+
+def test_merged_streams_under_min_separation_equal_one_gaussian():
+  # The same merge under `cyclic` (no amplification): one Gaussian of the
+  # merged z over the brute-force sensitivity, from dp_accounting.
+  strategy = mf.blt([0.9, 0.4], [0.3, 0.2])
+  z1, z2, groups, rounds, delta = 1.5, 3.0, 3, 9, 1e-5
+  composed = dp_accounting.ComposedDpEvent(
+    [_mf_event(z1, strategy), _mf_event(z2, strategy)]
+  )
+  ledger = _cyclic_ledger('cyclic', groups, 0.5, composed, rounds, delta)
+  z = (z1**-2 + z2**-2) ** -0.5
+  sens = mf.brute_force_sensitivity(strategy, rounds, groups)
+  want = _independent(dp_accounting.GaussianDpEvent(z / sens), delta)
+  assert ledger.epsilon() == pytest.approx(want, rel=1e-6)
