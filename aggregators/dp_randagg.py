@@ -14,6 +14,7 @@ See docs/papers/dp_randagg.md for the paper's reading and derivations.
 import collections
 from typing import Optional
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -284,8 +285,13 @@ class DPRandAggFactory(
       `fixed_indices` it streams in the k-dim space (the same coordinates
       every round); with random coordinates it streams in the d-dim space
       and each round releases its projection on the round's k
-      coordinates (`correlated_noise.ProjectedCorrelatedGaussianSumQuery`),
-      so it cancels across rounds in the model's coordinates. The round's
+      coordinates (`correlated_noise.ProjectedCorrelatedGaussianSumQuery`).
+      A coordinate is then released in about k/d of the rounds, so most of
+      the rounds whose noise would cancel its noise are not released on
+      it, and it keeps each round's larger per-round noise: at small k/d
+      this is worse than independent noise (a warning says so; seed 001's
+      `dp_randagg_r16_banded_mf_180` row and the projected column of
+      `benchmarks/results/correlated_noise_plan.md` measure it). The round's
       event is then `correlated_noise.MatrixFactorizationDpEvent(z,
       strategy)`, accounted over the run by `tff_dp.mf_accounting`.
 
@@ -364,6 +370,18 @@ class DPRandAggFactory(
       else None
     )
     if self._noise is not None and self._fixed_indices is None:
+      if k < dim:
+        logging.warning(
+          'DP-RandAgg with correlated noise over random coordinates: a '
+          'coordinate is released in about %.3g of the rounds (k/d = %d/%d),'
+          ' so most of the noise built to cancel its noise is never '
+          'released on it; at small k/d this is worse than independent '
+          'noise. Pass fixed_indices to stream the noise in the k-dim '
+          'space.',
+          k / dim,
+          k,
+          dim,
+        )
       query = correlated_noise.ProjectedCorrelatedGaussianSumQuery(
         self._clip,
         self._clip * self._noise_multiplier,

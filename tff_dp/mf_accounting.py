@@ -26,6 +26,11 @@ client.
   kappa)), ceil(rounds / groups))`. Conditions checked: a banded strategy
   (not BLT) with `bands <= groups`; `rate` in (0, 1]; one noise multiplier
   for every round. One group and one band is DP-FedAvg's own event.
+  jax_privacy's reference `accounting.amplified_bandmf_event` builds the
+  same event (its multiplier assumes a unit largest column norm, its
+  `sampling_prob` is the within-group rate, its composition count
+  `ceil(iterations / num_bands)`); here `groups >= bands` is allowed, which
+  only separates a client's participations further.
 * **Min-separation without amplification**, `Participation(groups)`: every
   member of round t's group takes part, so a client joins at most
   `ceil(rounds / groups)` rounds, `groups` apart; the run is one

@@ -1,3 +1,5 @@
+from unittest import mock
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -201,6 +203,29 @@ def test_correlated_noise_streams_in_the_space_its_coordinates_live_in(fixed):
   assert event == correlated_noise.MatrixFactorizationDpEvent(
     z, correlated_noise.strategy_json(strategy)
   )
+
+
+@pytest.mark.parametrize('fixed', [False, True])
+def test_correlated_noise_over_random_coordinates_warns(fixed):
+  # A coordinate is released in about k/d of the rounds, so the noise
+  # built to cancel it is mostly never released on it: the factory says so
+  # where it happens (random coordinates), and not for fixed ones.
+  factory = dp_randagg.DPRandAggFactory(
+    1.0,
+    10,
+    1.0,
+    num_coordinates=4,
+    fixed_indices=np.arange(4) if fixed else None,
+    noise=mf_strategy.banded([1.0, 0.5]),
+  )
+  with mock.patch.object(dp_randagg.logging, 'warning') as warning:
+    factory.create(tff.TensorType(np.float32, [40]))
+  if fixed:
+    warning.assert_not_called()
+  else:
+    warning.assert_called_once()
+    assert 'k/d = %d/%d' in warning.call_args.args[0]
+    assert warning.call_args.args[1:] == (0.1, 4, 40)
 
 
 def test_correlated_noise_needs_a_private_factory_and_a_strategy():
