@@ -399,7 +399,10 @@ its expected prefix-sum error; benchmarks/results/correlated_noise_plan.md).
 `banded_mf_clip0.5_180` is the tuned DP-FedAvg (clip 0.5) with it, under
 seeds 0-2; `dp_randagg_r16_banded_mf_180` is `dp_randagg_r16_180` with it
 (the noise streams over all d coordinates, and each round releases its
-projection on the round's k). `blt_clip0.5_180` (BLT, min-separation, 30
+projection on the round's k; a coordinate is released about one round in
+21, so it keeps each round's larger noise and little of the cancellation:
+12.2 x DP-FedAvg's noise energy by the plan's projected column).
+`blt_clip0.5_180` (BLT, min-separation, 30
 groups) is defined but predicted 89 x DP-FedAvg's error (the plan). Of
 the `_180` rows defined in the study, only those in this table have
 run."""
