@@ -9,7 +9,7 @@ JEMALLOC_STAMP := $(VENV)/.jemalloc_checked
 TEST_TIMEOUT ?= 4500
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install bazel-install build-files run test test-bazel test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study frontiers clean
+.PHONY: install bazel-install build-files run test test-bazel test-slow lint format bench bench-memory bench-speed bench-workers bench-methods bench-audit bench-load bench-centralized study frontiers docs clean
 
 install: $(STAMP) $(JEMALLOC_STAMP)
 
@@ -68,9 +68,15 @@ format: $(STAMP)
 # per core, under a hard time limit). worker_binary children are ended by
 # tff_dp's atexit hook and by `timeout -k`. The last line reads
 # "N passed, N skipped in S" (or names the failures).
-test: $(STAMP) $(JEMALLOC_STAMP) lint
+test: $(STAMP) $(JEMALLOC_STAMP) lint docs
 	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh smoke
 	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# The docs site (mkdocs.yml; docs/ and the committed benchmarks/results/,
+# served under results/) into site/. --strict: a broken link, a missing
+# page or an API reference that does not resolve fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The same suite through Bazel's real targets: `bazel test //...`, one
 # py_test per test file, two at a time (pytest where no Bazel can be had).
