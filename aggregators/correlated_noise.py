@@ -227,7 +227,10 @@ class ProjectedCorrelatedGaussianSumQuery(CorrelatedGaussianSumQuery):
   aggregator's is.
 
   Args:
-    l2_norm_clip, stddev, strategy, seed: As `CorrelatedGaussianSumQuery`'s.
+    l2_norm_clip: As `CorrelatedGaussianSumQuery`'s.
+    stddev: As `CorrelatedGaussianSumQuery`'s.
+    strategy: As `CorrelatedGaussianSumQuery`'s.
+    seed: As `CorrelatedGaussianSumQuery`'s.
     dim: d, the full space's size (the noise state holds `memory_slots`
       float32 vectors of it).
     coordinate_seed: The coordinate chain's first (public) seed, int64 [2].

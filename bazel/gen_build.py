@@ -25,7 +25,7 @@ Rules the generator follows:
 * A test that runs tff-dp in a subprocess (`python -m tff_dp.run`) names
   that module in `_TEST_DEPS`; one that reads files of the repository
   names them in `_TEST_DATA` (for the README, whose Python blocks
-  readme_test runs, their imports become deps too).
+  docs_test runs, their imports become deps too).
 * `bazel/example/BUILD` is written by hand, as a user would.
 """
 
@@ -74,7 +74,11 @@ _TEST_DATA = {
     '//aggregators:build_inputs',
     '//tasks:build_inputs',
   ],
-  'tests/readme_test.py': ['//:README.md'],
+  'tests/docs_test.py': [
+    '//:README.md',
+    '//:docs/aggregators.md',
+    '//:docs/tasks.md',
+  ],
   'tests/bazel_summary_test.py': ['//bazel:summary.py'],
   # Every BUILD file and every Python file the generator reads.
   'tests/bazel_build_test.py': ['//:README.md', '//bazel:gen_build.py']
