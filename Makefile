@@ -24,7 +24,7 @@ $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.tx
 	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_dp.tasks, tff_dp.aggregators"
 	touch $@
 
-# jemalloc for the TFF worker (README, "Memory over long runs"): the
+# jemalloc for the TFF worker (docs/performance.md, "Memory over long runs"): the
 # system's if it has one, else Debian's libjemalloc2 unpacked into the
 # venv's lib/ (no root needed). Without either the worker runs on glibc
 # malloc, and its memory climbs over long runs. The paths are
@@ -134,9 +134,12 @@ STUDY ?= seed004_medical
 study: $(STAMP)
 	$(PY) -m benchmarks.studies --study=$(STUDY)
 
-# The accuracy-upload frontier per task at one epsilon, drawn from the
-# studies' results stores (issue #28): benchmarks/results/frontiers/*.png.
-FRONTIER = $(PY) -m tff_dp.plot --frontier --frontier_results=benchmarks/results/$(1).json --frontier_rows=$(2) --frontier_title='$(3)' --output_dir=build/frontiers/$(4) && mkdir -p benchmarks/results/frontiers && cp build/frontiers/$(4)/frontier.png benchmarks/results/frontiers/$(4).png
+# The metric-upload frontier per task at one epsilon, drawn from the
+# studies' results stores and kept run files (issues #28, #87; reads no
+# run folder under runs/, trains nothing): benchmarks/results/frontiers/*.png.
+# FRONTIER(study, rows, title, png, metric, paper's table and rounds, note).
+comma := ,
+FRONTIER = $(PY) -m tff_dp.plot --frontier --frontier_results=benchmarks/results/$(1).json --frontier_rows=$(2) --frontier_title='$(3)' --frontier_metric=$(5) --frontier_paper='$(6)' --frontier_note='$(7)' --output_dir=build/frontiers/$(4) && mkdir -p benchmarks/results/frontiers && cp build/frontiers/$(4)/frontier.png benchmarks/results/frontiers/$(4).png
 FASHION_30 = cmp_fed_r1,cmp_fed_r2,cmp_fed_r4,cmp_fed_r8,cmp_fed_r16,dp_randagg_r1,dp_randagg_r2,dp_randagg_r4,dp_randagg_r8,dp_randagg_r16,uv_fed_r1,uv_fed_r2,uv_fed_r4,uv_fed_r8,uv_fed_r16,dp_fedavg,fedavg
 FASHION_180 = fedavg_180,dp_fedavg_clip0.5_180,dp_fedavg_clip0.5_180_seed1,dp_fedavg_clip0.5_180_seed2,banded_mf_clip0.5_180,banded_mf_clip0.5_180_seed1,cmp_fed_r1_180,cmp_fed_r4_180,dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_180,cmp_fed_r16_180_seed1,cmp_fed_r16_180_seed2,dp_randagg_r16_180,dp_randagg_r1_180,cmp_fed_r16_dense_180,uv_fed_r16_180
 FASHION_5LABELS_180 = dp_fedavg_180,dp_fedavg_clip0.5_180,cmp_fed_r16_180,dp_randagg_r16_180,uv_fed_r16_180,cmp_fed_r4_180,cmp_fed_r1_180,dp_randagg_r1_180,fedavg_180
@@ -147,18 +150,25 @@ EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetch
 EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dp_fedavg_slr2_eqbytes,dp_fedavg_slr2_eqbytes_seed1,dp_fedavg_slr2_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes,dpsfl_q1_eqbytes
 EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
 EMNIST_000_300 = dp_fedavg_300,dp_fedavg_300_seed1,dp_fedavg_300_seed2,blur_lus_0.9_300,blur_lus_0.9_300_seed1,blur_lus_0.9_300_seed2,lus_0.9_300,lus_0.5_300,blur_lus_0.5_300,ddgauss_300
+PAPER_001_IID = Guo et al. Table I: mean of 5 seeds after 180 rounds
+PAPER_001_5L = Guo et al. Table II: mean of 5 seeds after 180 rounds
+PAPER_004F = Kerkouche et al. Table 1 (r = 0.5%): best accuracy within 200 rounds
+PAPER_004M = Kerkouche et al. Table 2: balanced accuracy after 100 rounds on the Premier database (not public)$(comma) not PhysioNet
+PAPER_000 = Cheng et al. Table 3 (DDGauss: Table 1$(comma) CNN-2-Layers) on TFF EMNIST after 1$(comma)000 rounds
+NOTE_002_EQ = The sketch rows send 2$(comma)000 KB a round; DP-FedAvg sends its dense 4$(comma)826 KB (2.4x): not equal upload.
+NOTE_000_DDG = DDGauss: the table gives its continuous-Gaussian epsilon 6.0; by its theorem it is 6.88 RDP (ddgauss_reaccounting.md)$(comma) and under Poisson sampling the count it reveals is not charged.
 frontiers: $(STAMP)
-	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID: seed 001 at 30 rounds; best accuracy,fashion_mnist_iid_30rounds)
-	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client: seed 001 at 30 rounds; best accuracy,fashion_mnist_5labels_30rounds)
-	$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID: seed 001 at 180 rounds; best accuracy,fashion_mnist_iid_180rounds)
-	$(call FRONTIER,seed001_5labels,$(FASHION_5LABELS_180),Fashion-MNIST 5 labels per client: seed 001 at 180 rounds; best accuracy,fashion_mnist_5labels_180rounds)
-	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID: seed 004 r = 0.5% at 30 rounds; best accuracy,fashion_mnist_seed004_30rounds)
-	$(call FRONTIER,seed004_fashion,$(FASHION_004_200),Fashion-MNIST IID: seed 004 r = 0.5% at 200 rounds; best accuracy,fashion_mnist_seed004_200rounds)
-	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality (PhysioNet 2012): seed 004 at 100 rounds; best balanced accuracy,medical_100rounds)
-	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers: seed 002 at 30 rounds; best accuracy,emnist_seed002_30rounds)
-	$(call FRONTIER,seed002_emnist,$(EMNIST_002_EQ),EMNIST 300 writers: seed 002 at equal upload (2 MB a round) and 30 rounds; best accuracy,emnist_seed002_eqbytes_30rounds)
-	$(call FRONTIER,seed000_table3,$(EMNIST_000),EMNIST 300 writers: seed 000 at 30 rounds; best accuracy,emnist_seed000_30rounds)
-	$(call FRONTIER,seed000_regime,$(EMNIST_000_300),EMNIST 300 writers: seed 000 regime (Q = 30; S = 0.03) at 300 rounds; best accuracy,emnist_seed000_300rounds)
+	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID (seed 001 study): 30 rounds,fashion_mnist_iid_30rounds,test_accuracy,$(PAPER_001_IID),)
+	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client (seed 001 study): 30 rounds,fashion_mnist_5labels_30rounds,test_accuracy,$(PAPER_001_5L),)
+	$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID (seed 001 study): 180 rounds,fashion_mnist_iid_180rounds,test_accuracy,$(PAPER_001_IID),)
+	$(call FRONTIER,seed001_5labels,$(FASHION_5LABELS_180),Fashion-MNIST 5 labels per client (seed 001 study): 180 rounds,fashion_mnist_5labels_180rounds,test_accuracy,$(PAPER_001_5L),)
+	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID (seed 004 study$(comma) r = 0.5%): 30 rounds,fashion_mnist_seed004_30rounds,test_accuracy,$(PAPER_004F),)
+	$(call FRONTIER,seed004_fashion,$(FASHION_004_200),Fashion-MNIST IID (seed 004 study$(comma) r = 0.5%): 200 rounds,fashion_mnist_seed004_200rounds,test_accuracy,$(PAPER_004F),)
+	$(call FRONTIER,seed004_medical,$(MEDICAL_100),In-hospital mortality on PhysioNet 2012 (seed 004 study): 100 rounds,medical_100rounds,test_balanced_accuracy,$(PAPER_004M),)
+	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers (seed 002 study): 30 rounds,emnist_seed002_30rounds,test_accuracy,,)
+	$(call FRONTIER,seed002_emnist,$(EMNIST_002_EQ),EMNIST 300 writers (seed 002 study): 2 MB sketches$(comma) 30 rounds,emnist_seed002_eqbytes_30rounds,test_accuracy,,$(NOTE_002_EQ))
+	$(call FRONTIER,seed000_table3,$(EMNIST_000),EMNIST 300 writers (seed 000 study$(comma) Table 3 rows): 30 rounds,emnist_seed000_30rounds,test_accuracy,$(PAPER_000),)
+	$(call FRONTIER,seed000_regime,$(EMNIST_000_300),EMNIST 300 writers (seed 000 regime: Q = 30$(comma) S = 0.03): 300 rounds,emnist_seed000_300rounds,test_accuracy,$(PAPER_000),$(NOTE_000_DDG))
 
 bench-load: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.load_time

@@ -174,7 +174,7 @@ def remote_async_context(
     if time.time() > deadline:
       raise RuntimeError(
         f'TFF worker at {target} did not answer within {wait_seconds:g} s: '
-        'is worker_binary running there (see the README, "Scale-out")?'
+        'is worker_binary running there (see docs/scale_out.md)?'
       )
     time.sleep(0.1)
   _STUBS[target] = stub

@@ -219,9 +219,9 @@ def release_free_memory() -> bool:
   datasets, TF tensors) and glibc keeps freed pages in its arenas. In a
   small in-process run (25 clients a round, no evaluation or checkpoints)
   calling this every round took the growth from 1.8 to 0.1 MB a round; in
-  `make run`'s job it has not been shown to help (README, "Memory over
-  long runs"). The runner calls this once a round. Returns False where
-  there is no malloc_trim.
+  `make run`'s job it has not been shown to help (docs/performance.md,
+  "Memory over long runs"). The runner calls this once a round. Returns
+  False where there is no malloc_trim.
   """
   if _MALLOC_TRIM is None:
     return False
