@@ -9,6 +9,7 @@ a learning process (`ddgauss.protobuf_supports_ddgauss`), so its drop-in
 runs in a subprocess under `make test-slow`.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -144,89 +145,111 @@ def _mf(z, strategy):
   )
 
 
+# One builder per method: the (z, noise, method-specific sizes) a test
+# varies, the rest fixed. Every entry below is one of these.
+def _fixed(z, noise=None, **kw):
+  return dp_fedavg.gaussian_fixed(z, _CLIENTS, 1.0, noise=noise, **kw)
+
+
+def _randagg(z, noise=None, **kw):
+  return dp_randagg.DPRandAggFactory(
+    z, _CLIENTS, 1.0, fraction=0.5, noise=noise, **kw
+  )
+
+
+def _fl_top_dp(z, indices, noise=None, **kw):
+  return dp_randagg.DPRandAggFactory(
+    z,
+    _CLIENTS,
+    1.0,
+    num_coordinates=len(indices),
+    fixed_indices=indices,
+    clip_scope='payload',
+    noise=noise,
+    **kw,
+  )
+
+
+def _cmp(z, rank, clip, noise=None, **kw):
+  return cmp_fed.cmp_fed(
+    rank,
+    noise_multiplier=z,
+    clients_per_round=_CLIENTS,
+    clip_u=clip,
+    clip_v=clip,
+    noise=noise,
+    **kw,
+  )
+
+
+def _dpsfl(z, columns, k, noise=None, **kw):
+  return dpsfl.dpsfl(
+    3,
+    columns,
+    k,
+    noise_multiplier=z,
+    clients_per_round=_CLIENTS,
+    clip=1.0,
+    noise=noise,
+    **kw,
+  )
+
+
+def _dpsfl_ac(z, columns, k, bit_noise, noise=None, **kw):
+  return dpsfl.dpsfl_ac(
+    3,
+    columns,
+    k,
+    noise_multiplier=z,
+    clients_per_round=_CLIENTS,
+    initial_clip=1.0,
+    adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=bit_noise),
+    noise=noise,
+    **kw,
+  )
+
+
 # name: (factory, event reader, the events that must come back).
 _FACTORIES = {
   'gaussian_fixed_banded_mf': (
-    lambda z: dp_fedavg.gaussian_fixed(
-      z, _CLIENTS, 1.0, noise_seed=1, noise=_BANDED
-    ),
+    lambda z: _fixed(z, _BANDED, noise_seed=1),
     _in_state,
     [_mf(_Z, _BANDED)],
   ),
   'gaussian_fixed_blt': (
-    lambda z: dp_fedavg.gaussian_fixed(
-      z, _CLIENTS, 1.0, noise_seed=1, noise=_BLT
-    ),
+    lambda z: _fixed(z, _BLT, noise_seed=1),
     _in_state,
     [_mf(_Z, _BLT)],
   ),
   'gaussian_fixed': (
-    lambda z: dp_fedavg.gaussian_fixed(z, _CLIENTS, 1.0, noise_seed=1),
+    lambda z: _fixed(z, noise_seed=1),
     _in_state,
     [_gaussian()],
   ),
   # DP-RandAgg's random coordinates: noise streamed in the full space,
   # projected; fixed coordinates (FL-TOP-DP): streamed in the k-dim space.
   'dp_randagg_banded_mf': (
-    lambda z: dp_randagg.DPRandAggFactory(
-      z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1, noise=_BANDED
-    ),
+    lambda z: _randagg(z, _BANDED, noise_seed=1),
     _in_state,
     [_mf(_Z, _BANDED)],
   ),
   'fl_top_dp_blt': (
-    lambda z: dp_randagg.DPRandAggFactory(
-      z,
-      _CLIENTS,
-      1.0,
-      num_coordinates=3,
-      fixed_indices=[0, 2, 5],
-      noise_seed=1,
-      clip_scope='payload',
-      noise=_BLT,
-    ),
+    lambda z: _fl_top_dp(z, [0, 2, 5], _BLT, noise_seed=1),
     _in_state,
     [_mf(_Z, _BLT)],
   ),
   'cmp_fed_banded_mf': (
-    lambda z: cmp_fed.cmp_fed(
-      1,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      clip_u=1.0,
-      clip_v=1.0,
-      noise_seed=1,
-      noise=_BANDED,
-    ),
+    lambda z: _cmp(z, 1, 1.0, _BANDED, noise_seed=1),
     _in_state,
     [dp_accounting.ComposedDpEvent([_mf(_Z, _BANDED), _mf(_Z, _BANDED)])],
   ),
   'dpsfl_banded_mf': (
-    lambda z: dpsfl.dpsfl(
-      3,
-      20,
-      5,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      clip=1.0,
-      noise_seed=1,
-      noise=_BANDED,
-    ),
+    lambda z: _dpsfl(z, 20, 5, _BANDED, noise_seed=1),
     _declared,
     [_mf(_Z, _BANDED)],
   ),
   'dpsfl_ac_blt': (
-    lambda z: dpsfl.dpsfl_ac(
-      3,
-      20,
-      5,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      initial_clip=1.0,
-      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=2.0),
-      noise_seed=1,
-      noise=_BLT,
-    ),
+    lambda z: _dpsfl_ac(z, 20, 5, 2.0, _BLT, noise_seed=1),
     _declared,
     [dp_accounting.ComposedDpEvent([_mf(_Z, _BLT), _mf(2.0, _BLT)])],
   ),
@@ -238,9 +261,7 @@ _FACTORIES = {
     [_gaussian()],
   ),
   'dp_randagg': (
-    lambda z: dp_randagg.DPRandAggFactory(
-      z, _CLIENTS, 1.0, fraction=0.5, noise_seed=1
-    ),
+    lambda z: _randagg(z, noise_seed=1),
     _in_state,
     [_gaussian()],
   ),
@@ -250,14 +271,7 @@ _FACTORIES = {
     [],
   ),
   'cmp_fed': (
-    lambda z: cmp_fed.cmp_fed(
-      1,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      clip_u=1.0,
-      clip_v=1.0,
-      noise_seed=1,
-    ),
+    lambda z: _cmp(z, 1, 1.0, noise_seed=1),
     _in_state,
     # Both phases release on one cohort in one round: one composed event.
     [dp_accounting.ComposedDpEvent([_gaussian(), _gaussian()])],
@@ -265,29 +279,12 @@ _FACTORIES = {
   'uv_fed': (lambda z: cmp_fed.uv_fed(1), _in_state, []),
   'fetchsgd': (lambda z: dpsfl.fetchsgd(3, 20, 5), _in_state, []),
   'dpsfl': (
-    lambda z: dpsfl.dpsfl(
-      3,
-      20,
-      5,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      clip=1.0,
-      noise_seed=1,
-    ),
+    lambda z: _dpsfl(z, 20, 5, noise_seed=1),
     _declared,
     [_gaussian()],
   ),
   'dpsfl_ac': (
-    lambda z: dpsfl.dpsfl_ac(
-      3,
-      20,
-      5,
-      noise_multiplier=z,
-      clients_per_round=_CLIENTS,
-      initial_clip=1.0,
-      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=2.0),
-      noise_seed=1,
-    ),
+    lambda z: _dpsfl_ac(z, 20, 5, 2.0, noise_seed=1),
     _declared,
     [
       dp_accounting.ComposedDpEvent(
@@ -360,136 +357,53 @@ def _one_round_update(process, weights, data):
 # columns that no counter is shared). An aggregator that dropped or
 # distorted the clients' updates fails its check.
 _K = 5
-_NOISELESS = {
-  'gaussian_fixed': (
-    lambda: dp_fedavg.gaussian_fixed(0.0, _CLIENTS, 1.0),
-    'mean',
+
+
+def _every_other_coordinate():
+  return np.arange(0, _num_params(), 2)
+
+
+# name: (the factory at multiplier 0 given its noise, the release's kind).
+# Each private method is checked with independent noise and, where a row
+# of _FACTORIES names it, with correlated noise: at multiplier 0 that adds
+# nothing, so the release is its iid twin's kind (FL-TOP-DP's: every other
+# coordinate, fixed).
+_NOISELESS_BY_METHOD = {
+  'gaussian_fixed': (lambda noise: _fixed(0.0, noise), 'mean'),
+  'dp_randagg': (lambda noise: _randagg(0.0, noise), 'kept'),
+  'fl_top_dp': (
+    lambda noise: _fl_top_dp(0.0, _every_other_coordinate(), noise),
+    'kept',
   ),
+  'cmp_fed': (lambda noise: _cmp(0.0, 10, 1e3, noise), 'mean'),
+  'dpsfl': (lambda noise: _dpsfl(0.0, 10_000, _K, noise), 'top_k'),
+  'dpsfl_ac': (lambda noise: _dpsfl_ac(0.0, 10_000, _K, 0.0, noise), 'top_k'),
+}
+_NOISE = {'banded_mf': _BANDED, 'blt': _BLT}
+_NOISELESS = {
   'gaussian_adaptive': (
     lambda: dp_fedavg.gaussian_adaptive(
       0.0, _CLIENTS, initial_clip=1.0, clipped_count_stddev=1.0
     ),
     'mean',
   ),
-  'dp_randagg': (
-    lambda: dp_randagg.DPRandAggFactory(0.0, _CLIENTS, 1.0, fraction=0.5),
-    'kept',
-  ),
   'randagg_nonprivate': (
     lambda: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
     'kept',
   ),
-  'cmp_fed': (
-    lambda: cmp_fed.cmp_fed(
-      10,
-      noise_multiplier=0.0,
-      clients_per_round=_CLIENTS,
-      clip_u=1e3,
-      clip_v=1e3,
-    ),
-    'mean',
-  ),
   'uv_fed': (lambda: cmp_fed.uv_fed(10), 'mean'),
   'fetchsgd': (lambda: dpsfl.fetchsgd(3, 10_000, _K), 'top_k'),
-  'dpsfl': (
-    lambda: dpsfl.dpsfl(
-      3,
-      10_000,
-      _K,
-      noise_multiplier=0.0,
-      clients_per_round=_CLIENTS,
-      clip=1.0,
-    ),
-    'top_k',
-  ),
-  'dpsfl_ac': (
-    lambda: dpsfl.dpsfl_ac(
-      3,
-      10_000,
-      _K,
-      noise_multiplier=0.0,
-      clients_per_round=_CLIENTS,
-      initial_clip=1.0,
-      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=0.0),
-    ),
-    'top_k',
-  ),
 }
+for _method, (_make, _kind) in _NOISELESS_BY_METHOD.items():
+  for _suffix, _noise in [('', None)] + [
+    (f'_{n}', s) for n, s in _NOISE.items()
+  ]:
+    if _method + _suffix in _FACTORIES:
+      _NOISELESS[_method + _suffix] = (functools.partial(_make, _noise), _kind)
 
 
 def _num_params() -> int:
   return sum(int(np.prod(v.shape)) for v in _keras_model().trainable_weights)
-
-
-# Correlated noise at multiplier 0 adds nothing: these factories'
-# noiseless releases are their iid twins' kind (FL-TOP-DP's: every other
-# coordinate, fixed).
-_NOISELESS.update(
-  {
-    'gaussian_fixed_banded_mf': (
-      lambda: dp_fedavg.gaussian_fixed(0.0, _CLIENTS, 1.0, noise=_BANDED),
-      'mean',
-    ),
-    'gaussian_fixed_blt': (
-      lambda: dp_fedavg.gaussian_fixed(0.0, _CLIENTS, 1.0, noise=_BLT),
-      'mean',
-    ),
-    'dp_randagg_banded_mf': (
-      lambda: dp_randagg.DPRandAggFactory(
-        0.0, _CLIENTS, 1.0, fraction=0.5, noise=_BANDED
-      ),
-      'kept',
-    ),
-    'fl_top_dp_blt': (
-      lambda: dp_randagg.DPRandAggFactory(
-        0.0,
-        _CLIENTS,
-        1.0,
-        num_coordinates=len(range(0, _num_params(), 2)),
-        fixed_indices=np.arange(0, _num_params(), 2),
-        clip_scope='payload',
-        noise=_BLT,
-      ),
-      'kept',
-    ),
-    'cmp_fed_banded_mf': (
-      lambda: cmp_fed.cmp_fed(
-        10,
-        noise_multiplier=0.0,
-        clients_per_round=_CLIENTS,
-        clip_u=1e3,
-        clip_v=1e3,
-        noise=_BANDED,
-      ),
-      'mean',
-    ),
-    'dpsfl_banded_mf': (
-      lambda: dpsfl.dpsfl(
-        3,
-        10_000,
-        _K,
-        noise_multiplier=0.0,
-        clients_per_round=_CLIENTS,
-        clip=1.0,
-        noise=_BANDED,
-      ),
-      'top_k',
-    ),
-    'dpsfl_ac_blt': (
-      lambda: dpsfl.dpsfl_ac(
-        3,
-        10_000,
-        _K,
-        noise_multiplier=0.0,
-        clients_per_round=_CLIENTS,
-        initial_clip=1.0,
-        adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=0.0),
-        noise=_BLT,
-      ),
-      'top_k',
-    ),
-  }
-)
 
 
 def test_every_factory_has_a_noiseless_check():
