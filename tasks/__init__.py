@@ -4,12 +4,15 @@
 loaders can also be called directly.
 """
 
+import dataclasses
 import functools
 from typing import Callable, Optional
 
 from tff_dp.tasks.cifar10 import load_cifar10
 from tff_dp.tasks.client_data import ArrayClientData
+from tff_dp.tasks import data_dir as data_dir_lib
 from tff_dp.tasks.data_dir import DataNotFoundError
+from tff_dp.tasks.data_dir import DataSource
 from tff_dp.tasks.data_dir import resolve_data_dir
 from tff_dp.tasks.emnist import load_emnist
 from tff_dp.tasks.fashion_mnist import load_fashion_mnist
@@ -21,6 +24,7 @@ from tff_dp.tasks.task import FederatedTask
 __all__ = [
   'ArrayClientData',
   'DataNotFoundError',
+  'DataSource',
   'FederatedTask',
   'TASKS',
   'client_preprocess_fn',
@@ -52,9 +56,13 @@ def load_task(
 ) -> FederatedTask:
   """Loads a registered task by name.
 
+  The task's `data_sources` name what its loader read (files, any cache).
+
   Raises:
     ValueError: If `name` is not registered (the message lists the names).
   """
   if name not in TASKS:
     raise ValueError(f'Unknown task {name!r}; choose one of {sorted(TASKS)}.')
-  return TASKS[name](data_dir, **kwargs)
+  with data_dir_lib.recording() as read:
+    task = TASKS[name](data_dir, **kwargs)
+  return dataclasses.replace(task, data_sources=tuple(read))

@@ -47,7 +47,11 @@ def _load_pickled_batches(folder: pathlib.Path):
     x = np.asarray(batch[b'data'], np.uint8).reshape(-1, 3, 32, 32)
     return x.transpose(0, 2, 3, 1), np.asarray(batch[b'labels'], np.uint8)
 
-  parts = [read(f'data_batch_{i}') for i in range(1, 6)]
+  names = [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']
+  data_dir_lib.record_read(
+    'Keras CIFAR-10 batches (cifar-10-batches-py)', [folder / n for n in names]
+  )
+  parts = [read(name) for name in names[:-1]]
   x_te, y_te = read('test_batch')
   return (
     np.concatenate([p[0] for p in parts]),
@@ -77,10 +81,13 @@ def _load_jpeg_npz(path: pathlib.Path):
   if cache.exists():
     try:
       with np.load(cache) as d:
-        return d['x_train'], d['y_train'], d['x_test'], d['y_test']
+        arrays = d['x_train'], d['y_train'], d['x_test'], d['y_test']
+      data_dir_lib.record_read('cifar10_jpeg.npz', [path], cache=cache)
+      return arrays
     except (OSError, ValueError, KeyError) as e:
       logging.warning('Ignoring unreadable CIFAR-10 cache %s: %s', cache, e)
   logging.info('Decoding %s (once; cached in %s)', path, cache)
+  data_dir_lib.record_read('cifar10_jpeg.npz', [path])
   with np.load(path) as d:
     x_tr = _decode_jpegs(d['jpeg_train'], d['offsets_train'])
     x_te = _decode_jpegs(d['jpeg_test'], d['offsets_test'])

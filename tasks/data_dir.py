@@ -5,11 +5,22 @@ the environment variable `TFF_DP_DATA_DIR`, and failing that from
 `../shared/data` next to the repository (the layout of a development checkout).
 Decoded caches (e.g. CIFAR-10 pixels) go to `TFF_DP_CACHE_DIR`, default
 `~/.cache/tff_dp`.
+
+What a loader read is recorded where it reads (`record_read`) and collected
+by `recording()` (`tasks.load_task` puts it on the task as
+`FederatedTask.data_sources`), so a run's summary can say which source it
+read (EMNIST's TFF cache, when present, is read before the data directory's
+file) and hash it (`file_sha256`, once per file and process).
 """
 
+import contextlib
+import contextvars
+import dataclasses
+import hashlib
 import os
 import pathlib
-from typing import Optional, Sequence, Union
+import threading
+from typing import Iterator, Optional, Sequence, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -102,3 +113,79 @@ def not_found(
     'holds it.',
     tried=tuple(tried),
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSource:
+  """One source a loader read: its kind, its files and any cache.
+
+  Attributes:
+    kind: Which of the loader's sources, in words (e.g. 'TFF federated
+      EMNIST (emnist_all.sqlite)').
+    files: The files that source consists of, as absolute paths.
+    cache: A cache derived from `files` that was read instead of decoding
+      them again (CIFAR-10's decoded JPEGs), else None.
+  """
+
+  kind: str
+  files: tuple[str, ...]
+  cache: Optional[str] = None
+
+  def to_dict(self) -> dict:
+    return {'kind': self.kind, 'files': list(self.files), 'cache': self.cache}
+
+
+_READS: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar(
+  'tff_dp_data_reads', default=None
+)
+
+
+def record_read(
+  kind: str,
+  files: Sequence[PathLike],
+  cache: Optional[PathLike] = None,
+) -> None:
+  """Notes that a loader read `files` (inside `recording()`; else nothing)."""
+  reads = _READS.get()
+  if reads is None:
+    return
+  source = DataSource(
+    kind,
+    tuple(str(pathlib.Path(f).resolve()) for f in files),
+    None if cache is None else str(pathlib.Path(cache).resolve()),
+  )
+  if source not in reads:
+    reads.append(source)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[DataSource]]:
+  """Collects the `DataSource`s read inside the block, in reading order."""
+  reads: list[DataSource] = []
+  token = _READS.set(reads)
+  try:
+    yield reads
+  finally:
+    _READS.reset(token)
+
+
+# (resolved path, size, mtime_ns) -> hex SHA-256: each file hashed once.
+_SHA256: dict[tuple[str, int, int], str] = {}
+_SHA256_LOCK = threading.Lock()
+
+
+def file_sha256(path: PathLike) -> str:
+  """The file's SHA-256 (hex), cached while its size and mtime stay."""
+  resolved = pathlib.Path(path).resolve()
+  stat = resolved.stat()
+  key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+  with _SHA256_LOCK:
+    if key in _SHA256:
+      return _SHA256[key]
+  digest = hashlib.sha256()
+  with open(resolved, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  with _SHA256_LOCK:
+    _SHA256[key] = digest.hexdigest()
+  return _SHA256[key]

@@ -120,6 +120,12 @@ def load_emnist_arrays(
       tried += error.tried
   else:  # Neither: TFDS EMNIST, already MNIST style, or the error.
     return _load_tfds(data_dir, only_digits, need_writers, tried)
+  data_dir_lib.record_read(
+    'TFF federated EMNIST (emnist_all.sqlite)'
+    if path.suffix == '.sqlite'
+    else 'LEAF FEMNIST (emnist_federated.npz)',
+    [path],
+  )
   if path.suffix == '.sqlite':
     prefix = 'digits_only' if only_digits else 'all'
     x_tr, y_tr, w_tr = _load_sqlite(path, f'{prefix}_train')

@@ -68,12 +68,16 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
     ):
       tried.append(f'{d}/*-idx?-ubyte.gz')
       if all((d / f).exists() for f in _IDX):
+        data_dir_lib.record_read(
+          'Keras Fashion-MNIST IDX files', [d / f for f in _IDX]
+        )
         return tuple(_read_idx(d / f) for f in _IDX)
     try:
       return tfds_data.fashion_mnist_arrays(data_dir)
     except data_dir_lib.DataNotFoundError as tfds_error:
       tried += tfds_error.tried
     raise data_dir_lib.not_found(tried, _SOURCE) from None
+  data_dir_lib.record_read('fashion_mnist.npz', [path])
   with np.load(path) as d:
     return d['x_train'], d['y_train'], d['x_test'], d['y_test']
 

@@ -113,6 +113,7 @@ def physionet_features(data_dir: Optional[data_dir_lib.PathLike] = None):
   ts_path = data_dir_lib.find_file(
     data_dir, ['physionet2012_timeseries.npz'], source_hint=_PHYSIONET_SOURCE
   )
+  data_dir_lib.record_read('PhysioNet 2012', [pat_path, ts_path])
   patients = pd.read_csv(pat_path).set_index('RecordID')
   with np.load(ts_path) as d:
     names = [str(n) for n in d['param_names']]
@@ -343,6 +344,7 @@ def load_heart_disease(
   path = data_dir_lib.find_file(
     data_dir, ['heart_disease_4sites.csv'], source_hint=_HEART_SOURCE
   )
+  data_dir_lib.record_read('UCI heart disease', [path])
   df = pd.read_csv(path)
   df.loc[df['chol'] == 0, 'chol'] = np.nan
   numeric = [

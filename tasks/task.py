@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp.tasks import client_data as client_data_lib
+from tff_dp.tasks import data_dir as data_dir_lib
 
 ModelBuilder = Callable[[], tf.keras.Model]
 LossBuilder = Callable[[], tf.keras.losses.Loss]
@@ -122,6 +123,8 @@ class FederatedTask:
       clients (EMNIST's writers' own held-out examples): test metrics are
       then not post-processing of the released model, and a run keeps them
       with its non-private outputs.
+    data_sources: What was read to build it (`data_dir.DataSource`s, in
+      reading order; `tasks.load_task` fills them in), empty when unknown.
   """
 
   name: str
@@ -137,6 +140,7 @@ class FederatedTask:
   public_x: Optional[np.ndarray] = None
   public_y: Optional[np.ndarray] = None
   test_held_by_clients: bool = False
+  data_sources: tuple[data_dir_lib.DataSource, ...] = ()
 
   @property
   def element_spec(self):

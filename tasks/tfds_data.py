@@ -106,6 +106,9 @@ def _read(
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   logging.info('Reading the prepared TFDS dataset %s', path)
+  data_dir_lib.record_read(
+    'prepared TFDS dataset', sorted(p for p in path.iterdir() if p.is_file())
+  )
   builder = tfds.builder_from_directory(str(path))
   missing = [s for s in splits if s not in builder.info.splits]
   if missing:

@@ -13,7 +13,9 @@
      the learning state with the ledger, the sampler's RNG state and the
      rows (`tff.program.FileProgramStateManager`);
   5. writes `summary.json` with every setting the run used (the method's
-     options included) and the final results, and the
+     options included), the final results and the run's provenance (the
+     git commit of the source tree and whether it was dirty, the library
+     versions, the data files read; `outputs.run_provenance`), and the
      final model weights to `final_model_weights.npz`.
 
 What is written is only what the ledger covers (`outputs.RunFiles`):
@@ -162,12 +164,16 @@ def run_experiment(
     allow_reuse=config.allow_noise_seed_reuse,
   )
   prepared = prepare(config)
+  # What this invocation runs and reads, taken before it trains (the
+  # summary's `provenance` and `data_files_sha256`).
+  provenance = outputs.run_provenance(prepared.task)
   progress = _restore(config, prepared, output_dir)
   start = time.perf_counter()
   totals = _train(config, prepared, progress, round_callback)
   if rows_out is not None:
     rows_out.extend(progress.rows)
   summary = _summary(config, prepared, progress, seed_clash, totals)
+  summary['provenance'], summary['data_files_sha256'] = provenance
   summary['wall_seconds_this_invocation'] = time.perf_counter() - start
   if output_dir is not None:
     outputs.save_model_weights(

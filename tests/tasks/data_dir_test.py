@@ -45,3 +45,54 @@ def test_missing_file_names_file_and_source(
 def test_unknown_task():
   with pytest.raises(ValueError, match=r"Unknown task 'mnist'; choose one of"):
     tasks.load_task('mnist')
+
+
+def test_file_sha256_hashes_once_while_the_file_stays(tmp_path, monkeypatch):
+  import hashlib  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  path = tmp_path / 'data.bin'
+  path.write_bytes(b'abc' * 1000)
+  want = hashlib.sha256(b'abc' * 1000).hexdigest()
+  assert data_dir.file_sha256(path) == want
+  opened = []
+  real_open = open
+  monkeypatch.setattr(
+    'builtins.open', lambda *a, **k: opened.append(a) or real_open(*a, **k)
+  )
+  assert data_dir.file_sha256(path) == want
+  assert not opened  # Cached.
+  path.write_bytes(b'xyz')
+  os.utime(path, ns=(1, 1))  # A new size and mtime: hashed again.
+  assert data_dir.file_sha256(path) == hashlib.sha256(b'xyz').hexdigest()
+  assert opened
+
+
+def test_recording_collects_each_source_read_once(tmp_path):
+  data_dir.record_read('ignored', [tmp_path / 'a'])  # Outside: nothing.
+  with data_dir.recording() as read:
+    data_dir.record_read('kind', [tmp_path / 'a', tmp_path / 'b'])
+    data_dir.record_read('kind', [tmp_path / 'a', tmp_path / 'b'])
+    data_dir.record_read('other', [tmp_path / 'c'], cache=tmp_path / 'd')
+  assert [s.to_dict() for s in read] == [
+    {
+      'kind': 'kind',
+      'files': [str(tmp_path / 'a'), str(tmp_path / 'b')],
+      'cache': None,
+    },
+    {
+      'kind': 'other',
+      'files': [str(tmp_path / 'c')],
+      'cache': str(tmp_path / 'd'),
+    },
+  ]
+
+
+def test_a_loaded_task_names_the_file_it_read(shared_data_dir):
+  task = tasks.load_task('fashion_mnist_iid', data_dir=shared_data_dir)
+  assert task.data_sources == (
+    data_dir.DataSource(
+      'fashion_mnist.npz',
+      (str((shared_data_dir / 'fashion_mnist.npz').resolve()),),
+    ),
+  )

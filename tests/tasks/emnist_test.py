@@ -49,10 +49,11 @@ def _example(pixels, label):
   ).SerializeToString()
 
 
-def test_tff_sqlite_source(tmp_path, monkeypatch):
-  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+def _write_tff_sqlite(path):
+  """A tiny TFF federated EMNIST file at `path`; returns its examples by
+  (split, writer)."""
   rng = np.random.default_rng(0)
-  db = sqlite3.connect(tmp_path / 'emnist_all.sqlite')
+  db = sqlite3.connect(path)
   db.execute(
     'CREATE TABLE examples (split_name TEXT, client_id TEXT, '
     'serialized_example_proto BLOB)'
@@ -74,6 +75,12 @@ def test_tff_sqlite_source(tmp_path, monkeypatch):
         expected.setdefault((split, writer), []).append((px, label))
   db.commit()
   db.close()
+  return expected
+
+
+def test_tff_sqlite_source(tmp_path, monkeypatch):
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  expected = _write_tff_sqlite(tmp_path / 'emnist_all.sqlite')
   task = emnist.load_emnist(tmp_path)
   cd = task.train_data
   assert cd.client_ids == ['f0001_01', 'f0002_02']
@@ -85,6 +92,28 @@ def test_tff_sqlite_source(tmp_path, monkeypatch):
   assert y.tolist() == [l for _, l in want]
   assert task.test_x.shape == (5, 28, 28, 1)
   assert 'TFF federated EMNIST' in task.description
+
+
+def test_tffs_cache_is_read_first_and_the_task_says_so(tmp_path, monkeypatch):
+  # TFF's cache in ~/.keras/datasets is read before the data directory's
+  # LEAF file: the task's data_sources name the file actually read.
+  from tff_dp import tasks  # pylint: disable=g-import-not-at-top
+
+  keras = tmp_path / 'keras'
+  keras.mkdir()
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', keras)
+  _write_tff_sqlite(keras / 'emnist_all.sqlite')
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'data' / 'emnist_federated.npz').write_bytes(b'not read')
+  task = tasks.load_task('emnist', data_dir=tmp_path / 'data')
+  assert task.data_sources == (
+    data_dir.DataSource(
+      'TFF federated EMNIST (emnist_all.sqlite)',
+      (str((keras / 'emnist_all.sqlite').resolve()),),
+    ),
+  )
+  # The loader called directly records nothing (no `recording()` around it).
+  assert emnist.load_emnist(tmp_path / 'data').data_sources == ()
 
 
 def test_seed003_dominant_classes_split_real(shared_data_dir):

@@ -1035,3 +1035,110 @@ def test_a_run_from_before_non_private_dir_resumes_only_releasing(tmp_path):
   assert not (run_dir / outputs.DIAGNOSTICS_FILE).exists()
   moved = run_dir / outputs.NON_PRIVATE_DIR / outputs.DIAGNOSTICS_FILE
   assert moved.read_text() == '{"round": 1}\n'
+
+
+def test_the_summary_records_the_code_libraries_and_data_it_ran(tmp_path):
+  import hashlib
+  import importlib.metadata
+
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
+  from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
+
+  training.run_experiment(_config(tmp_path, 'provenance', rounds=1))
+  run_dir = tmp_path / 'provenance'
+  saved = json.loads((run_dir / 'summary.json').read_text())
+  extra = json.loads(
+    (run_dir / outputs.NON_PRIVATE_DIR / 'summary.json').read_text()
+  )
+  provenance = saved['provenance']
+  versions = provenance['versions']
+  assert versions['tensorflow'] == tf.__version__
+  assert versions['tensorflow_federated'] == tff.__version__
+  assert versions['tensorflow_privacy'] == tfp.__version__
+  # dp_accounting has no __version__: its distribution's.
+  assert versions['dp_accounting'] == importlib.metadata.version(
+    'dp-accounting'
+  )
+  assert versions['python'] == '.'.join(map(str, sys.version_info[:3]))
+  # The one file heart disease reads, by its absolute path; its hash only
+  # in the non-private part (a function of the clients' data).
+  csv_path = (
+    data_dir.resolve_data_dir() / 'heart_disease_4sites.csv'
+  ).resolve()
+  assert provenance['data']['sources'] == [
+    {'kind': 'UCI heart disease', 'files': [str(csv_path)], 'cache': None}
+  ]
+  assert 'data_files_sha256' not in saved
+  assert extra['data_files_sha256'] == {
+    str(csv_path): hashlib.sha256(csv_path.read_bytes()).hexdigest()
+  }
+  # The commit of the source tree this test imported, and its state.
+  code = provenance['code']
+  repo = pathlib.Path(outputs.__file__).resolve().parents[1]
+  head = subprocess.run(
+    ['git', '-C', str(repo), 'rev-parse', 'HEAD'],
+    capture_output=True,
+    text=True,
+  )
+  if head.returncode == 0:  # A git checkout (not a Bazel runfiles tree).
+    assert code['git_commit'] == head.stdout.strip()
+    assert isinstance(code['git_dirty'], bool)
+    assert code['git_unavailable_reason'] is None
+  else:
+    assert code['git_commit'] is None and code['git_unavailable_reason']
+  assert str(repo / 'tff_dp') in code['source_dirs']
+
+
+def test_code_outside_a_git_checkout_records_no_commit_and_says_why(
+  tmp_path,
+):
+  code = outputs.code_provenance([str(tmp_path)])
+  assert code['git_commit'] is None and code['git_dirty'] is None
+  assert 'not in a git checkout' in code['git_unavailable_reason']
+
+
+def test_ddgauss_under_poisson_sampling_says_its_guarantee_is_not_rigorous():
+  from tff_dp.aggregators import ddgauss  # pylint: disable=g-import-not-at-top
+
+  class _Task:
+    test_held_by_clients = True
+
+  event = ddgauss.round_event_from_measurements(
+    dict(
+      min_clients=19.0,
+      scaled_local_stddev=8988.6005859375,
+      scaled_inflated_l2=30015.53515625,
+      padded_dim=1206590.0,
+    )
+  )
+  sections = {}
+  for mode, kwargs in (
+    ('poisson', dict(client_sampling_rate=0.1)),
+    ('fixed', dict(clients_per_round=30)),
+  ):
+    sampling = privacy.Sampling(
+      mode,
+      300,
+      rate=kwargs.get('client_sampling_rate'),
+      clients_per_round=kwargs.get('clients_per_round'),
+    )
+    ledger = privacy.PrivacyLedger(sampling, 0.00333333)
+    ledger.record(event)
+    config = training.ExperimentConfig.create(
+      task='emnist', method='ddgauss', noise_multiplier=1.0, **kwargs
+    )
+    sections[mode] = outputs.privacy_section(
+      config, _Task(), methods.METHODS['ddgauss'], sampling, ledger
+    )
+  poisson = sections['poisson']
+  assert poisson['guarantee_holds'] is False
+  assert poisson['guarantee_caveat'].startswith('Not rigorous: DDGauss under')
+  # Fixed-size cohorts rest on a milder assumption (every sampled client
+  # takes part), named as such.
+  assert sections['fixed']['guarantee_caveat'] == (
+    'Rests on an assumption the ledger does not charge (privacy.assumptions).'
+  )
+  assert outputs.guarantee_caveat([], None) is None
+  assert 'a/b' in outputs.guarantee_caveat([], 'a/b')
