@@ -352,15 +352,20 @@ evaluated rounds (every 2nd); paper numbers are after 180 rounds. U / V
 signal share (CMP-Fed): median over rounds of 1 - E||noise||^2 / ||released
 mean||^2, each phase's share of energy that was not noise
 (`cmp_fed.signal_share`); near 0, U_hat spans a nearly random subspace.
-The CMP-Fed and UV-Fed rows ran before issue #24 with U on each kernel's
-input side and the biases in the U phase under C1 (`--cmp_layout=in_out
---cmp_vectors_phase=u`, kept in their commands); the defaults since put U
+The 30-round CMP-Fed and UV-Fed rows ran before issue #24 with U on each
+kernel's input side and the biases in the U phase under C1
+(`--cmp_layout=in_out --cmp_vectors_phase=u`); the defaults since put U
 on the output side (PyTorch's and PowerSGD's layout) and the biases in
-the V phase under C2 (`aggregators/cmp_fed.py`). The DP-RandAgg rows
-clipped only the k-vector at C = 1 (`--randagg_clip_scope=payload`); the
-default since clips the whole update at C and then takes its k
+the V phase under C2 (`aggregators/cmp_fed.py`). The 30-round DP-RandAgg
+rows clipped only the k-vector at C = 1 (`--randagg_clip_scope=payload`);
+the default since clips the whole update at C and then takes its k
 coordinates, as the seed describes its baseline ("perturbed ... and then
-sparsified"). The seed samples exactly
+sparsified"). Those 30 rows ran before the flags existed (2026-11-22 and
+-23; the flags came with commits 5f4fa8a, 2026-11-23 23:28 UTC, and
+40d7376, 2026-11-24) and were recorded without them; their commands
+were given the flags on 2026-12-03 so that they rerun as they ran (not
+rerun to check; `tests/benchmarks/command_replay_test.py`). The seed
+samples exactly
 S agents without replacement (its Alg. 1) but accounts them with Opacus'
 RDP accountant, a Poisson analysis; we sample by Poisson with q = 1/60.
 The `dp_fedavg_fixed100_decay_smoke` row runs the seed's own setting:

@@ -50,8 +50,10 @@ update norms of about 0.27, so the noisy unclipped probability stays near
 1 > 0.5 and the geometric update only lowers the clip. The threshold must
 sit below the typical ||g_T||; the row `dpsfl_ac_gamma0.01` reruns it at
 0.01. These two rows use the absolute impact test
-(`--dpsfl_impact_rule=absolute`, kept in their commands); since issue #24
-the default is the relative test (clip error / ||g_T|| <= gamma), see
+(`--dpsfl_impact_rule=absolute`); they ran on 2026-11-22, before the flag
+existed (commit 41f9150, 2026-11-23), and their commands were given it on
+2026-12-03 so that they rerun as they ran (not rerun to check); since
+issue #24 the default is the relative test (clip error / ||g_T|| <= gamma), see
 `aggregators/dpsfl.py`. On CIFAR-10 the rows `dp_fedavg_clip0.2` and
 `dp_fedavg_slr0.5` tune the baseline (clip 0.2; server lr 0.5). Best test
 accuracy over evaluated rounds (every 2nd). Bytes per participating client and
