@@ -223,6 +223,10 @@ def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:
     'tuning outside ledger': '; '.join(
       summary.get('privacy', {}).get('tuning_outside_ledger', [])
     ),
+    # Why the epsilon is not a rigorous guarantee, if the run says so
+    # (`outputs.guarantee_caveat`; e.g. DDGauss under Poisson sampling).
+    'guarantee caveat': summary.get('privacy', {}).get('guarantee_caveat')
+    or '',
   }
   if 'test_auroc' in best:
     out['AUROC at best'] = best['test_auroc']
@@ -392,6 +396,8 @@ def run_row(
     'wall s': wall_label(run_dir, wall) if wall is not None else '',
     'command': command,
   }
+  keep_run_files(study_name, row.name, run_dir)
+  record['run files'] = run_files_cell(study_name, row.name)
   md = RESULTS / f'{study_name}.md'
   if wall is None:  # Re-read: keep the recorded date and wall time.
     store = md.with_suffix('.json')
@@ -401,21 +407,79 @@ def run_row(
     if old:
       record['date'], record['wall s'] = old['date'], old['wall s']
   results_table.update(str(md), row.name, record, **_table_layout(study))
-  keep_run_files(study_name, row.name, run_dir)
   print(f'[{study_name}/{row.name}] {result}', flush=True)
 
 
+# Every study table's column that says whether a row's run files are
+# committed (`run_files_cell`), before the command; and the notes every
+# table ends with (that column's, and how its commands were amended).
+RUN_FILES = 'run files'
+_COMMON_NOTES = """
+Run files: `kept` links the summary.json of the row's run folder,
+committed under `benchmarks/results/runs/<study>/<row>/` with its
+config.json, metrics.csv and the non-private ones (curves can be replotted
+and the settings read); `not kept`: the run's folder lived only under the
+git-ignored `runs/` and is gone, so this table's numbers and command are
+all that remain of it.
+
+Commands of rows dated before 2026-12-01 carry
+`--release_non_private_metrics=True --allow_noise_seed_reuse=True`,
+written in on 2026-12-03: those rows ran before the flags existed (commit
+ce8dbc1, 2026-12-01), when every run wrote its non-private outputs (this
+table's update norms, timings) and a noise seed could serve several
+configurations; the runner passes both to every row since.
+`tests/benchmarks/command_replay_test.py` checks that every command here
+parses against today's flags and carries each flag whose default changed
+after its row ran.
+"""
+
+
+def run_files_cell(study_name: str, row_name: str) -> str:
+  """The row's 'run files' cell: 'kept', linked (relative to the table) to
+  the summary.json in its committed run folder, or 'not kept'.
+
+  The link names a file, not the folder: the docs site serves the results
+  as files (docs/hooks/results.py), and `mkdocs build --strict` refuses a
+  link to a folder.
+  """
+  kept = RESULTS / 'runs' / study_name / row_name
+  if (kept / 'summary.json').is_file():
+    return f'[kept](runs/{study_name}/{row_name}/summary.json)'
+  if kept.is_dir():
+    return f'kept, without summary.json (runs/{study_name}/{row_name}/)'
+  return 'not kept'
+
+
 def _table_layout(study: Study) -> dict[str, Any]:
+  columns = [c for c in study.columns if c != RUN_FILES]
+  at = columns.index('command') if 'command' in columns else len(columns)
+  columns.insert(at, RUN_FILES)
   return dict(
     title=study.title,
-    columns=study.columns,
-    notes=study.notes + f'\nMachine: {results_table.machine()}.',
+    columns=tuple(columns),
+    notes=study.notes
+    + _COMMON_NOTES
+    + f'\nMachine: {results_table.machine()}.',
   )
 
 
 def render_table(study_name: str, study: Study) -> pathlib.Path:
   """Rewrites `benchmarks/results/<study>.md` from its JSON store with the
-  study's current title, notes and columns; runs nothing, changes no row."""
+  study's current title, notes and columns; runs nothing.
+
+  Changes no measured cell: only each row's 'run files' cell, which says
+  whether its run folder is committed now (`run_files_cell`), is brought
+  up to date in the store first.
+  """
   md = RESULTS / f'{study_name}.md'
+  store = md.with_suffix('.json')
+  if store.exists():
+    rows = json.loads(store.read_text())
+    fresh = {
+      name: dict(row, **{RUN_FILES: run_files_cell(study_name, name)})
+      for name, row in rows.items()
+    }
+    if fresh != rows:
+      store.write_text(json.dumps(fresh, indent=2, sort_keys=True) + '\n')
   results_table.render(str(md), **_table_layout(study))
   return md

@@ -119,6 +119,20 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   assert out['KB up / client (to best)'] == pytest.approx(84 * 2 * 0.1 / 1000)
 
 
+def test_a_rows_guarantee_caveat_comes_from_its_summary(tmp_path):
+  from tff_dp import training
+
+  config = training.ExperimentConfig.create(
+    method='ddgauss', noise_multiplier=1.0, client_sampling_rate=0.1
+  )
+  _finished_run(tmp_path, config, 0.03, 84, 'test_accuracy', [0.5, 0.6])
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  summary['privacy'] = {'guarantee_caveat': 'Not rigorous: DDGauss ...'}
+  (tmp_path / 'summary.json').write_text(json.dumps(summary))
+  out = studies.summarize_run(tmp_path, 'test_accuracy')
+  assert out['guarantee caveat'] == 'Not rigorous: DDGauss ...'
+
+
 def test_a_resumed_rows_wall_time_says_which_rounds_it_covers(tmp_path):
   summary = {'rounds_completed': 180, 'first_round_this_invocation': 1}
   (tmp_path / 'summary.json').write_text(json.dumps(summary))
@@ -212,18 +226,32 @@ def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
   }
   store = tmp_path / 'seed004_medical.json'
   store.write_text(json.dumps(rows, indent=2, sort_keys=True) + '\n')
-  before = store.read_text()
+  # b_row's run files are kept beside the results; a_row's are not.
+  kept = tmp_path / 'runs' / 'seed004_medical' / 'b_row'
+  kept.mkdir(parents=True)
+  (kept / 'summary.json').write_text('{}')
   md = studies.runner.render_table('seed004_medical', study)
   assert md == tmp_path / 'seed004_medical.md'
   text = md.read_text()
   assert text.startswith(f'# {study.title}\n')
   assert study.notes.strip() in text
   assert '\nMachine: ' in text
-  assert '| ' + ' | '.join(study.columns) + ' |' in text
+  # The study's columns, and whether each row's run files are committed
+  # before the command.
+  columns = study.columns[:-1] + ('run files', 'command')
+  assert study.columns[-1] == 'command'
+  assert '| ' + ' | '.join(columns) + ' |' in text
   # Rows in the store's order, floats to 4 digits, '|' escaped.
   assert text.index('| a_row |') < text.index('| b_row |')
   assert '| 0.6123 |' in text and '`x\\|y`' in text
-  assert store.read_text() == before
+  assert '| not kept | `` |' in text
+  link = '[kept](runs/seed004_medical/b_row/summary.json)'
+  assert f'| {link} | `x\\|y` |' in text
+  # The store changes only in that cell.
+  assert json.loads(store.read_text()) == {
+    'a_row': dict(rows['a_row'], **{'run files': 'not kept'}),
+    'b_row': dict(rows['b_row'], **{'run files': link}),
+  }
 
 
 def test_a_finished_rows_small_files_are_kept_for_replotting(
@@ -310,6 +338,11 @@ def test_a_row_read_back_from_its_run_folder_keeps_its_files(
     'metrics.csv',
     'summary.json',
   ]
+  assert record['run files'] == (
+    f'[kept](runs/seed004_medical/{row.name}/summary.json)'
+  )
+  # A summary without a caveat (its guarantee holds) leaves the cell empty.
+  assert record['guarantee caveat'] == ''
 
 
 def test_a_clip_source_is_read_from_its_kept_files_on_a_fresh_checkout(
