@@ -402,7 +402,11 @@ as amplified banded MF). `--bands=auto` picks 4 bands here (z 1.93, a
 per-round noise multiplier of 4.26 against DP-FedAvg's 1.185, and 0.76 x
 its expected prefix-sum error; benchmarks/results/correlated_noise_plan.md).
 `banded_mf_clip0.5_180` is the tuned DP-FedAvg (clip 0.5) with it, under
-seeds 0-2; `dp_randagg_r16_banded_mf_180` is `dp_randagg_r16_180` with it
+seeds 0-2: 0.53, 0.57 and 0.63 points under `dp_fedavg_clip0.5_180` of
+the same seed at the best round, the two 3-seed ranges 0.33 points apart
+(its seed-2 run started before summaries recorded their provenance, so
+its kept summary.json has none); `dp_randagg_r16_banded_mf_180` is
+`dp_randagg_r16_180` with it
 (the noise streams over all d coordinates, and each round releases its
 projection on the round's k; a coordinate is released about one round in
 21, so it keeps each round's larger noise and little of the cancellation:
