@@ -69,19 +69,18 @@ _TEST_DEPS = {
   'tests/benchmarks/job_watch_test.py': ['//tff_dp:run'],
   'tests/benchmarks/studies_test.py': ['//tff_dp:run'],
 }
+# The pages whose Python blocks docs_test runs (their imports are its deps).
+_DOC_EXAMPLES = ['//:README.md', '//:docs/aggregators.md', '//:docs/tasks.md']
 _TEST_DATA = {
   'tests/layout_test.py': [
     '//aggregators:build_inputs',
     '//tasks:build_inputs',
   ],
-  'tests/docs_test.py': [
-    '//:README.md',
-    '//:docs/aggregators.md',
-    '//:docs/tasks.md',
-  ],
+  'tests/docs_test.py': _DOC_EXAMPLES,
   'tests/bazel_summary_test.py': ['//bazel:summary.py'],
   # Every BUILD file and every Python file the generator reads.
-  'tests/bazel_build_test.py': ['//:README.md', '//bazel:gen_build.py']
+  'tests/bazel_build_test.py': _DOC_EXAMPLES
+  + ['//bazel:gen_build.py']
   + [
     f'//{d}:build_inputs' for d in list(PACKAGE_DIRS.values()) + list(TEST_DIRS)
   ],
