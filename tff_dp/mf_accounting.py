@@ -6,10 +6,13 @@ lower-triangular Toeplitz strategy `C`. The stream is a post-processing of
 `C x + z clip w`, one Gaussian mechanism over the whole run, so its
 privacy rests on the L2 sensitivity of `C x` to one client, which depends
 on which rounds a client can join. Both schemas here split the clients
-into `groups` fixed groups (by a public seed; `mf_sampling`) and draw
-round t's cohort from group `t mod groups`, so a client's participations
-are at least `groups` rounds apart. Neighbouring: add or remove one
-client.
+into `groups` fixed groups (by a public seed; `tff_dp.sampling.partition`)
+and draw round t's cohort from group `t mod groups`, so a client's
+participations are at least `groups` rounds apart. Neighbouring: add or
+remove one client where each client's group is a function of its own id
+(`partition='by_client_id'`); zero-out one client where the groups are a
+permutation of the whole population (`'balanced'`, whose groups move when
+a client is added; `privacy.Sampling`). The epsilon is the same number.
 
 * **Cyclic Poisson (amplified banded MF)**, `Participation(groups, rate)`:
   each member of round t's group joins with probability `rate`. Theorem

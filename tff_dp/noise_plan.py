@@ -67,6 +67,12 @@ def check(config) -> None:
         '--participation_groups is for cyclic --participation. Found '
         f'{config.participation_groups!r} with independent participation.'
       )
+    if config.participation_partition != 'by_client_id':
+      raise ValueError(
+        '--participation_partition is for cyclic --participation. Found '
+        f'{config.participation_partition!r} with independent '
+        'participation.'
+      )
     return
   if config.clients_per_round is not None:
     raise ValueError(

@@ -333,8 +333,8 @@ def save_checkpoint(manager, state, runner: RunnerState) -> float:
   5-12 MB a save. A full collection after the save frees them (about
   0.2 s; `processes.collect_garbage`, which keeps a stop signal during it
   from being lost). In `make run`'s job it lowered Python's memory by
-  about 60 MB but not its growth of about 1.6 MB a round (README, "Memory
-  over long runs").
+  about 60 MB but not its growth of about 1.6 MB a round
+  (docs/performance.md, "Memory over long runs").
   """
   start = time.perf_counter()
   asyncio.run(
@@ -455,10 +455,7 @@ def privacy_section(
       'tuning_outside_ledger': tuning_outside_ledger(config, method),
     }
   eps_rdp, eps_pld = ledger.epsilon() if ledger.rounds else (0.0, 0.0)
-  relation = {
-    'poisson': 'add/remove one client (Poisson sampling)',
-    'fixed': 'replace one client (fixed-size sampling; sensitivity 2 x clip)',
-  }.get(sampling.mode, f'add/remove one client ({sampling.mode} sampling)')
+  relation = sampling.neighbouring_relation
   section = {
     'private': True,
     'unit': "client-level: all of one client's data",
@@ -535,6 +532,9 @@ def noise_across_rounds(ledger, noise=None) -> dict:
   sampling = ledger.sampling
   out = {
     'participation': sampling.participation().to_dict(),
+    # How the groups were dealt (`privacy.Sampling.partition`), which sets
+    # the neighbouring relation the epsilon holds for.
+    'partition': sampling.partition,
     'rounds': ledger.rounds,
   }
   if ledger.rounds:
@@ -720,6 +720,10 @@ def save_model_weights(path: pathlib.Path, model_weights) -> None:
   os.replace(f.name, path)
 
 
+# Settings that act only under cyclic --participation.
+_CYCLIC_ONLY = ('participation_groups', 'participation_partition')
+
+
 def check_same_config(
   output_dir: pathlib.Path, config: ExperimentConfig
 ) -> None:
@@ -740,6 +744,12 @@ def check_same_config(
   # Settings this method does not take (another method's options, which a
   # saved config may record for every method) do not change it.
   old = {k: v for k, v in old.items() if k in new}
+  # Nor do the cyclic modes' settings under independent participation (a
+  # config saved before one existed reads its legacy value).
+  if old.get('participation') == 'independent' == new.get('participation'):
+    for key in _CYCLIC_ONLY:
+      old.pop(key, None)
+      new.pop(key, None)
   # Where and how fast it runs does not change the results.
   for key in EXECUTION_ONLY:
     old.pop(key, None)

@@ -452,10 +452,18 @@ def sampling_words(flags: Mapping[str, Any]) -> str:
   participation = str(flags.get('participation') or 'independent')
   per_round = _number(flags.get('clients_per_round'))
   rate = _number(flags.get('client_sampling_rate'))
+  # Balanced groups: the epsilon holds for zero-out neighbouring only.
+  zero_out = (
+    ', zero-out'
+    if flags.get('participation_partition') == 'balanced'
+    else ''
+  )
   if participation == 'cyclic_poisson':
-    return f'cyclic Poisson, q = {format_probability(rate)}'
+    return f'cyclic Poisson{zero_out}, q = {format_probability(rate)}'
   if participation == 'cyclic':
-    return f'cyclic (min-separation), q = {format_probability(rate)}'
+    return (
+      f'cyclic (min-separation{zero_out}), q = {format_probability(rate)}'
+    )
   if per_round:
     return f'fixed cohorts of {per_round:g}'
   if rate is None:

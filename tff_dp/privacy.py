@@ -75,6 +75,11 @@ SAMPLING_MODES = ('poisson', 'fixed', 'cyclic_poisson', 'cyclic')
 # the participation schemas of noise correlated across rounds
 # (`tff_dp.mf_accounting`).
 CYCLIC_MODES = ('cyclic_poisson', 'cyclic')
+# How the cyclic modes deal clients into groups (`tff_dp.sampling.partition`)
+# and the neighbouring relation each supports: a client's group a function
+# of its own id alone (add/remove one client), or of a permutation of the
+# whole population (zero-out one client, the population fixed).
+PARTITIONS = ('by_client_id', 'balanced')
 _EVENT_TYPES = {
   cls.__name__: cls
   for cls in (
@@ -419,6 +424,17 @@ class Sampling:
       within-group probability (cyclic modes).
     clients_per_round: Cohort size m in [1, N] (mode 'fixed').
     groups: The number of groups b, in [1, N] (cyclic modes).
+    partition: How the cyclic modes deal the clients into groups, one of
+      `PARTITIONS` (`tff_dp.sampling.partition`). 'by_client_id': a
+      client's group is a public hash of its own id, so adding or removing
+      one client changes no other client's group or draws, and the
+      epsilon (computed for add/remove-one) holds for add/remove-one
+      neighbouring. 'balanced': a seeded permutation of the whole
+      population, so every group depends on who is in it; the same epsilon
+      then holds for zero-out neighbouring only (one client's data replaced
+      by data contributing nothing, the population and its groups fixed:
+      the released stream is then that of the client being absent from a
+      fixed partition, the add/remove analysis of the same event).
 
   Raises:
     ValueError: On a bad mode, population, rate, cohort size or number of
@@ -430,8 +446,13 @@ class Sampling:
   rate: Optional[float] = None
   clients_per_round: Optional[int] = None
   groups: Optional[int] = None
+  partition: str = 'by_client_id'
 
   def __post_init__(self):
+    if self.partition not in PARTITIONS:
+      raise ValueError(
+        f'partition must be one of {PARTITIONS}. Found {self.partition!r}.'
+      )
     if self.mode not in SAMPLING_MODES:
       raise ValueError(
         f'sampling mode must be one of {SAMPLING_MODES}. '
@@ -467,6 +488,27 @@ class Sampling:
   def cyclic(self) -> bool:
     """Whether clients are drawn from fixed groups in turn."""
     return self.mode in CYCLIC_MODES
+
+  @property
+  def neighbouring_relation(self) -> str:
+    """The neighbouring relation the run's epsilon is stated for, in
+    words."""
+    if self.mode == 'poisson':
+      return 'add/remove one client (Poisson sampling)'
+    if self.mode == 'fixed':
+      return (
+        'replace one client (fixed-size sampling; sensitivity 2 x clip)'
+      )
+    if self.partition == 'balanced':
+      return (
+        f'zero-out one client ({self.mode} sampling, balanced groups: a '
+        "permutation of the whole population, so a client's group depends "
+        'on who else is in it; add/remove-one is not covered)'
+      )
+    return (
+      f'add/remove one client ({self.mode} sampling, groups by a public '
+      'hash of each client id)'
+    )
 
   @property
   def expected_clients_per_round(self) -> float:

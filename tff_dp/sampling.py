@@ -7,6 +7,8 @@ public seed (`partition`) and draw round t's cohort from group
 `(t - 1) mod groups`, each member with the within-group probability.
 """
 
+import hashlib
+
 import numpy as np
 
 from tff_dp import privacy
@@ -46,6 +48,7 @@ def sampling_for(
       num_clients,
       rate=mf_accounting.group_rate(float(rate), int(groups)),
       groups=int(groups),
+      partition=config.participation_partition,
     )
   if config.client_sampling_rate is not None:
     return privacy.Sampling(
@@ -66,23 +69,52 @@ def sampling_for(
   return privacy.Sampling('fixed', num_clients, clients_per_round=m)
 
 
-def partition(num_clients: int, groups: int, seed: int) -> np.ndarray:
-  """The group (0..groups-1) of each client index: a public seeded
-  permutation dealt round-robin, so group sizes differ by at most one.
+def partition(
+  client_ids, groups: int, seed: int, how: str = 'by_client_id'
+) -> np.ndarray:
+  """The group (0..groups-1) of each client, public (a function of `seed`).
+
+  Args:
+    client_ids: Every client's id, in the task's order.
+    groups: The number of groups b, in [1, len(client_ids)].
+    seed: The public seed of the groups.
+    how: One of `privacy.PARTITIONS`. 'by_client_id': a client's group is
+      SHA-256 of (`seed`, its id) mod b, a function of its own id alone, so
+      adding or removing a client leaves every other client's group as it
+      was (add/remove-one neighbouring); group sizes are binomial.
+      'balanced': a seeded permutation of all clients dealt round-robin, so
+      sizes differ by at most one but every group depends on the whole
+      population (zero-out neighbouring only; `privacy.Sampling`).
 
   Raises:
-    ValueError: On `groups` outside [1, num_clients].
+    ValueError: On `groups` outside [1, number of clients] or an unknown
+      `how`.
   """
-  if not 1 <= groups <= num_clients:
+  n = len(client_ids)
+  if not isinstance(groups, (int, np.integer)) or not 1 <= groups <= n:
     raise ValueError(
-      f'groups must be in [1, {num_clients}] (the number of clients). '
+      f'groups must be an integer in [1, {n}] (the number of clients). '
       f'Found {groups!r}.'
     )
-  order = np.random.default_rng([int(seed), _PARTITION_STREAM]).permutation(
-    num_clients
-  )
-  out = np.empty(num_clients, np.int64)
-  out[order] = np.arange(num_clients) % groups
+  if how == 'by_client_id':
+    prefix = f'{int(seed)}:{_PARTITION_STREAM}:'.encode()
+    return np.array(
+      [
+        int.from_bytes(
+          hashlib.sha256(prefix + str(c).encode()).digest()[:8], 'big'
+        )
+        % groups
+        for c in client_ids
+      ],
+      np.int64,
+    )
+  if how != 'balanced':
+    raise ValueError(
+      f'partition must be one of {privacy.PARTITIONS}. Found {how!r}.'
+    )
+  order = np.random.default_rng([int(seed), _PARTITION_STREAM]).permutation(n)
+  out = np.empty(n, np.int64)
+  out[order] = np.arange(n) % groups
   return out
 
 
@@ -109,7 +141,9 @@ def sample_clients(
     partition_seed: The public seed of the cyclic modes' groups.
   """
   if sampling.cyclic:
-    groups = partition(len(client_ids), sampling.groups, partition_seed)
+    groups = partition(
+      client_ids, sampling.groups, partition_seed, sampling.partition
+    )
     members = np.flatnonzero(groups == round_group(round_num, sampling.groups))
     mask = rng.random(len(members)) < sampling.rate
     return [client_ids[i] for i in members[mask]]

@@ -207,6 +207,7 @@ def _rows_001(split):
           method='dp_fedavg',
           clip=0.5,
           participation='cyclic_poisson',
+          participation_partition='balanced',
           noise='banded',
           bands='auto',
         ),
@@ -229,6 +230,7 @@ def _rows_001(split):
             method='dp_randagg',
             randagg_fraction=_RANDAGG_FRACTION[16],
             participation='cyclic_poisson',
+            participation_partition='balanced',
             noise='banded',
             bands='auto',
           ),
@@ -398,7 +400,14 @@ what the tighter accountant buys at the seed's (1, 1e-4). Rows with
 the same epsilon (docs/privacy.md): `--noise=banded --bands=auto` under
 cyclic Poisson participation (the clients dealt into b fixed groups by
 the public seed, round t sampling group t mod b at b x the rate, accounted
-as amplified banded MF). `--bands=auto` picks 4 bands here (z 1.93, a
+as amplified banded MF). These rows dealt the groups from a permutation
+of the whole population (`--participation_partition=balanced`, added to
+their commands on 2026-12-03, when the default became `by_client_id`): a
+client's group then depends on who else is in the population, so their
+epsilon holds for zero-out neighbouring (a client's data replaced by data
+contributing nothing), not add/remove, as their summaries first stated
+(corrected there). DP-FedAvg's Poisson-sampled epsilon is the same
+number under zero-out, so the comparison stays at equal epsilon. `--bands=auto` picks 4 bands here (z 1.93, a
 per-round noise multiplier of 4.26 against DP-FedAvg's 1.185, and 0.76 x
 its expected prefix-sum error; benchmarks/results/correlated_noise_plan.md).
 `banded_mf_clip0.5_180` is the tuned DP-FedAvg (clip 0.5) with it, under

@@ -87,6 +87,8 @@ class DefaultChange:
   methods: Optional[tuple[str, ...]] = None
   # Tasks where it does nothing.
   except_tasks: tuple[str, ...] = ()
+  # The --participation values it acts on; None: every one.
+  participations: Optional[tuple[str, ...]] = None
   # Rows ('table/row') dated on `date` that ran after `commit`.
   ran_after: tuple[str, ...] = ()
 
@@ -123,6 +125,15 @@ DEFAULT_CHANGES = (
   # What is written, not what a round computes: the tables' non-private
   # columns (update norms, train loss, timings) need it.
   DefaultChange('release_non_private_metrics', 'True', 'ce8dbc1', '2026-12-01'),
+  # The cyclic modes' groups: a permutation of the population before, a
+  # hash of each client's id since (add/remove-one neighbouring holds).
+  DefaultChange(
+    'participation_partition',
+    'balanced',
+    'PENDING',
+    '2026-12-03',
+    participations=('cyclic_poisson', 'cyclic'),
+  ),
 )
 
 # Every runner flag's default at the last review of DEFAULT_CHANGES.
@@ -179,6 +190,7 @@ DEFAULTS = {
   'noise_seed': None,
   'participation': 'independent',
   'participation_groups': None,
+  'participation_partition': 'by_client_id',
   'public_batch': 'random',
   'randagg_clip_scope': 'update',
   'randagg_fraction': 0.01,
@@ -363,8 +375,15 @@ def test_default_changes_agree_with_the_declared_legacy_values():
       assert change.before == str(legacy[flag]), flag
 
 
-def _applies(change: DefaultChange, method: str, task: str) -> bool:
+def _applies(
+  change: DefaultChange, method: str, task: str, participation: str
+) -> bool:
   if task in change.except_tasks:
+    return False
+  if (
+    change.participations is not None
+    and participation not in change.participations
+  ):
     return False
   if change.methods is not None:
     return method in change.methods
@@ -386,7 +405,8 @@ def test_rows_that_ran_before_a_default_changed_carry_the_old_value():
       given = _given(row.args)
       method = given.get('method', DEFAULTS['method'])
       task = given.get('task', DEFAULTS['task'])
-      if not _applies(change, method, task):
+      participation = given.get('participation', DEFAULTS['participation'])
+      if not _applies(change, method, task, participation):
         continue
       value = given.get(change.flag)
       if value is None or (change.added and value != change.before):

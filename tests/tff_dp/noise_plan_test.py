@@ -11,6 +11,8 @@ import pytest
 
 from tff_dp import mf_accounting
 from tff_dp import noise_plan
+from tff_dp import sampling
+from tff_dp import tasks
 from tff_dp import training
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import mf_strategy
@@ -51,6 +53,15 @@ def _config(tmp_path=None, name='run', **kwargs):
       dict(participation='independent', noise='iid', participation_groups=2),
       'for cyclic --participation',
     ),
+    (
+      dict(
+        participation='independent',
+        noise='iid',
+        participation_partition='balanced',
+      ),
+      "--participation_partition is for cyclic --participation. Found 'bal",
+    ),
+    (dict(participation_partition='sorted'), 'by_client_id'),
     (dict(noise='blt', participation_groups=2), 'BLT noise has no amplified'),
     (dict(bands='auto', participation='cyclic'), 'needs --participation'),
     (
@@ -161,6 +172,11 @@ def test_a_banded_run_accounts_amplified_banded_mf_each_round(banded_run):
     'groups': 2,
     'rate': 0.5,
   }
+  # Groups by client id (the default): the epsilon is stated for add/remove.
+  assert section['partition'] == 'by_client_id'
+  assert saved['privacy']['neighbouring_relation'].startswith(
+    'add/remove one client (cyclic_poisson sampling, groups by a public hash'
+  )
   assert section['sensitivity'] == pytest.approx(
     float(np.linalg.norm(strategy.coefficients)), rel=1e-12
   )
@@ -191,9 +207,19 @@ def test_a_banded_run_accounts_amplified_banded_mf_each_round(banded_run):
       rel=1e-9,
     )
   assert summary['epsilon_rdp'] == float(rows[-1]['epsilon_rdp'])
-  # Round t's cohort came from group (t - 1) mod 2: 2 clients each.
-  cohorts = _read(run_dir / 'non_private' / 'metrics.csv')
-  assert all(int(r['sampled_clients']) <= 2 for r in cohorts)
+  # Round t's cohort came from group (t - 1) mod 2 of the hashed groups:
+  # at --seed 0 all four hospitals hash into group 1, so rounds 1 and 3
+  # (group 0) are empty and rounds 2 and 4 draw from all four, each with
+  # probability 0.5.
+  ids = tasks.load_task('heart_disease').train_data.client_ids
+  groups = sampling.partition(ids, 2, 0)
+  np.testing.assert_array_equal(groups, [1, 1, 1, 1])
+  cohorts = [
+    int(r['sampled_clients'])
+    for r in _read(run_dir / 'non_private' / 'metrics.csv')
+  ]
+  assert cohorts[0] == cohorts[2] == 0
+  assert 0 < cohorts[1] + cohorts[3] <= 8
 
 
 @pytest.mark.parametrize('crash_after', [1, 2, 3])

@@ -365,6 +365,39 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   ).options.top_k_nonprivate_clip
 
 
+def test_a_cyclic_run_from_before_partitions_resumes_balanced(tmp_path):
+  # A config.json written before --participation_partition existed dealt
+  # its groups from a permutation ('balanced', the legacy value): resuming
+  # it needs that value. Under independent participation the setting does
+  # nothing, so an old config resumes under today's default.
+  cyclic = _config(
+    tmp_path,
+    'cyclic',
+    rounds=1,
+    participation='cyclic_poisson',
+    noise='banded',
+    bands='2',
+    noise_multiplier=1.0,
+  )
+  assert cyclic.participation_partition == 'by_client_id'
+  plain = _config(tmp_path, 'plain', rounds=1)
+  for config in (cyclic, plain):
+    old = config.to_dict()
+    del old['participation_partition']
+    out = pathlib.Path(config.output_dir)
+    out.mkdir(parents=True)
+    (out / 'config.json').write_text(json.dumps(old))
+  with pytest.raises(
+    ValueError, match=r'different flags \(participation_partition\)'
+  ):
+    outputs.check_same_config(pathlib.Path(cyclic.output_dir), cyclic)
+  outputs.check_same_config(
+    pathlib.Path(cyclic.output_dir),
+    cyclic.replace(participation_partition='balanced'),
+  )
+  outputs.check_same_config(pathlib.Path(plain.output_dir), plain)
+
+
 def test_tuning_outside_ledger_names_cmp_feds_two_clips():
   config = training.ExperimentConfig.create(
     task='heart_disease',
@@ -401,6 +434,12 @@ def test_every_legacy_default_differs_from_today_and_fills_old_configs(name):
   method = min(methods.option_fields().get(name, (None, ['dp_fedavg']))[1])
   config = training.ExperimentConfig.create(method=method)
   assert config.flat()[name] != legacy
+  if not hasattr(methods.MethodParams, name) and (
+    name not in methods.option_fields()
+  ):
+    # Not a builder setting: a resume reads it (`outputs.check_same_config`;
+    # test_a_cyclic_run_from_before_partitions_resumes_balanced).
+    return
   kwargs = dict(num_model_params=10, expected_clients_per_round=2.0)
   today = methods.MethodParams.from_config(config.flat(), **kwargs)
   old = methods.MethodParams.from_config({'method': method}, **kwargs)

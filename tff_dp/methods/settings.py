@@ -12,6 +12,7 @@ method's own settings are declared the same way, in its options dataclass
 import dataclasses
 from typing import Any, Optional
 
+from tff_dp import privacy
 from tff_dp import public_data
 from tff_dp import tasks as tasks_lib
 from tff_dp.methods import options
@@ -206,6 +207,20 @@ class RunSettings:
     'Cyclic participation: the number of groups b (>= 1). Default: the '
     "banded strategy's bands (--bands), else required.",
     check=_INT1,
+  )
+  participation_partition: str = _setting(
+    'by_client_id',
+    "Cyclic participation: how clients are dealt into groups. "
+    "by_client_id: each client's group is a public hash of its id and "
+    '--seed alone, so adding or removing a client moves no other client '
+    '(the guarantee holds for add/remove-one neighbouring); group sizes '
+    'vary (binomial). balanced: a --seed permutation of all clients dealt '
+    "round-robin (sizes within one), but every client's group depends on "
+    'the population, so the guarantee holds for zero-out neighbouring '
+    "only (a client's data replaced by data that contributes nothing, the "
+    'population fixed). See docs/privacy.md.',
+    choices=privacy.PARTITIONS,
+    legacy='balanced',
   )
   noise: str = _setting(
     'iid',
