@@ -130,7 +130,7 @@ DEFAULT_CHANGES = (
   DefaultChange(
     'participation_partition',
     'balanced',
-    'PENDING',
+    '8c87781',
     '2026-12-03',
     participations=('cyclic_poisson', 'cyclic'),
   ),
