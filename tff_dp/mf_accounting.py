@@ -18,8 +18,10 @@ a client is added; `privacy.Sampling`). The epsilon is the same number.
   each member of round t's group joins with probability `rate`. Theorem
   (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu,
   "(Amplified) Banded Matrix Factorization: A unified approach to private
-  training", NeurIPS 2023, https://arxiv.org/abs/2306.08153, its
-  amplification theorem for cyclic Poisson sampling): for
+  training", NeurIPS 2023, https://arxiv.org/abs/2306.08153: Theorem 4,
+  with Algorithm 2's block-cyclic Poisson sampling, as jax_privacy's
+  `matrix_factorization.toeplitz.optimize_coefs_for_amplifications` cites
+  them; the paper's own text was not at hand here): for
   a lower-triangular `C` with at most `groups` bands (`c_j = 0` for `j >=
   groups`) whose columns have L2 norm at most `kappa`, the run is as
   private as DP-SGD's Poisson-sampled Gaussian with noise multiplier
