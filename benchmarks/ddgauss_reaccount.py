@@ -95,7 +95,7 @@ def reaccount(study: str, row: dict[str, str]) -> dict:
   summary = json.loads((run / 'summary.json').read_text())
   # The measurements: non_private/metrics.csv for runs after issue 83.
   rounds = plot.read_rows(run)
-  sampling = privacy.Sampling(**summary['sampling'])
+  sampling = privacy.Sampling.from_dict(summary['sampling'])
   delta = float(summary['delta'])
   ledger = privacy.PrivacyLedger(sampling, delta)
   # What the server of the pre-issue-83 code saw: a withheld round's

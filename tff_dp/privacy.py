@@ -427,7 +427,8 @@ class Sampling:
     partition: How the cyclic modes deal the clients into groups, one of
       `PARTITIONS` (`tff_dp.sampling.partition`). 'by_client_id': a
       client's group is a public hash of its own id, so adding or removing
-      one client changes no other client's group or draws, and the
+      one client changes no other client's group (nor, in distribution,
+      any other client's draws: each still joins with `rate`), and the
       epsilon (computed for add/remove-one) holds for add/remove-one
       neighbouring. 'balanced': a seeded permutation of the whole
       population, so every group depends on who is in it; the same epsilon
@@ -650,12 +651,23 @@ class Sampling:
     return PldAccountant()
 
   def to_dict(self) -> dict[str, Any]:
-    """The fields as a JSON-able dict (`Sampling(**d)` inverts it); `groups`
-    only for the cyclic modes."""
+    """The fields as a JSON-able dict (`from_dict` inverts it); `groups`
+    and `partition` only for the cyclic modes."""
     d = dataclasses.asdict(self)
     if d['groups'] is None:
       del d['groups']
+    if not self.cyclic:
+      del d['partition']
     return d
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> 'Sampling':
+    """Inverts `to_dict`. A cyclic sampling saved before `partition`
+    existed dealt its groups from a permutation: 'balanced'."""
+    d = dict(d)
+    if d.get('mode') in CYCLIC_MODES:
+      d.setdefault('partition', 'balanced')
+    return cls(**d)
 
 
 def correlated_round(
@@ -1108,7 +1120,7 @@ class PrivacyLedger:
       The ledger, its recorded events restored.
     """
     d = json.loads(text)
-    ledger = cls(Sampling(**d['sampling']), d['delta'])
+    ledger = cls(Sampling.from_dict(d['sampling']), d['delta'])
     ledger._events = [event_from_dict(e) for e in d['events']]
     if d.get('version', 1) < 2:
       ledger._events = [

@@ -261,6 +261,13 @@ def _restore(config, prepared, output_dir) -> _Progress:
     progress.rows = runner.all_rows()
     if progress.ledger is not None:
       progress.ledger = privacy.PrivacyLedger.from_json(runner.ledger_json)
+      if progress.ledger.sampling != prepared.sampling:
+        raise ValueError(
+          f'{output_dir} holds a run accounted under sampling '
+          f'{progress.ledger.sampling.to_dict()}, not '
+          f'{prepared.sampling.to_dict()}: rerun the same command to '
+          'resume, or choose a new root_output_dir.'
+        )
     progress.start_round = runner.round_num + 1
     if progress.files.diagnostics_path is not None:
       outputs.move_legacy_non_private(output_dir)

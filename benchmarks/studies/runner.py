@@ -186,7 +186,7 @@ def sampling_fraction(sampling: dict[str, Any]) -> float:
   """The expected fraction of clients in a round, from a run summary's
   `sampling` record (`privacy.Sampling.to_dict`): the Poisson rate, or
   clients_per_round / num_clients for fixed-size cohorts."""
-  s = privacy.Sampling(**sampling)
+  s = privacy.Sampling.from_dict(sampling)
   return s.expected_clients_per_round / s.num_clients
 
 

@@ -407,7 +407,8 @@ client's group then depends on who else is in the population, so their
 epsilon holds for zero-out neighbouring (a client's data replaced by data
 contributing nothing), not add/remove, as their summaries first stated
 (corrected there). DP-FedAvg's Poisson-sampled epsilon is the same
-number under zero-out, so the comparison stays at equal epsilon. `--bands=auto` picks 4 bands here (z 1.93, a
+number under zero-out, so the comparison stays at equal epsilon.
+`--bands=auto` picks 4 bands here (z 1.93, a
 per-round noise multiplier of 4.26 against DP-FedAvg's 1.185, and 0.76 x
 its expected prefix-sum error; benchmarks/results/correlated_noise_plan.md).
 `banded_mf_clip0.5_180` is the tuned DP-FedAvg (clip 0.5) with it, under

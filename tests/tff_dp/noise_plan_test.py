@@ -24,6 +24,9 @@ def _config(tmp_path=None, name='run', **kwargs):
   base = dict(
     task='heart_disease',
     method='dp_fedavg',
+    # Its hashed groups split the four hospitals two and two (at --seed 0
+    # all four hash into one group, and every other round is noise only).
+    seed=2,
     rounds=4,
     client_sampling_rate=0.25,
     noise_multiplier=0.8,
@@ -207,19 +210,35 @@ def test_a_banded_run_accounts_amplified_banded_mf_each_round(banded_run):
       rel=1e-9,
     )
   assert summary['epsilon_rdp'] == float(rows[-1]['epsilon_rdp'])
-  # Round t's cohort came from group (t - 1) mod 2 of the hashed groups:
-  # at --seed 0 all four hospitals hash into group 1, so rounds 1 and 3
-  # (group 0) are empty and rounds 2 and 4 draw from all four, each with
-  # probability 0.5.
+  # Round t's cohort came from group (t - 1) mod 2 of the hashed groups
+  # (--seed 2: two hospitals in each).
   ids = tasks.load_task('heart_disease').train_data.client_ids
-  groups = sampling.partition(ids, 2, 0)
-  np.testing.assert_array_equal(groups, [1, 1, 1, 1])
-  cohorts = [
-    int(r['sampled_clients'])
-    for r in _read(run_dir / 'non_private' / 'metrics.csv')
-  ]
-  assert cohorts[0] == cohorts[2] == 0
-  assert 0 < cohorts[1] + cohorts[3] <= 8
+  np.testing.assert_array_equal(sampling.partition(ids, 2, 2), [0, 1, 0, 1])
+  cohorts = _read(run_dir / 'non_private' / 'metrics.csv')
+  assert all(int(r['sampled_clients']) <= 2 for r in cohorts)
+
+
+def test_a_resume_under_another_partition_is_refused(tmp_path):
+  # The checkpointed ledger says how the groups were dealt; a config that
+  # says otherwise (here edited by hand) must not continue its epsilon.
+  config = _config(
+    tmp_path, 'run', rounds=2, participation_partition='balanced'
+  )
+
+  def crash_after_one(round_num):
+    if round_num == 1:
+      raise _Interrupt()
+
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash_after_one)
+  saved = tmp_path / 'run' / 'config.json'
+  edited = json.loads(saved.read_text())
+  edited['participation_partition'] = 'by_client_id'
+  saved.write_text(json.dumps(edited))
+  with pytest.raises(ValueError, match="'partition': 'balanced'"):
+    training.run_experiment(
+      config.replace(participation_partition='by_client_id')
+    )
 
 
 @pytest.mark.parametrize('crash_after', [1, 2, 3])

@@ -102,6 +102,26 @@ def test_version1_fixed_size_ledger_is_read_with_sensitivity_2c():
   ] == pytest.approx(new.epsilon()[0], rel=1e-12)
 
 
+def test_a_cyclic_ledger_saved_before_partitions_reads_back_balanced():
+  # Cyclic runs dealt their groups from a permutation of the population
+  # before `partition` existed; a resumed one must keep saying so.
+  for how in privacy.PARTITIONS:
+    sampling = privacy.Sampling(
+      'cyclic_poisson', 300, rate=0.4, groups=4, partition=how
+    )
+    saved = json.loads(privacy.PrivacyLedger(sampling, 1e-3).to_json())
+    assert saved['sampling']['partition'] == how
+    again = privacy.PrivacyLedger.from_json(json.dumps(saved)).sampling
+    assert again == sampling
+    del saved['sampling']['partition']
+    old = privacy.PrivacyLedger.from_json(json.dumps(saved)).sampling
+    assert old.partition == 'balanced'
+  # Poisson and fixed-size sampling have no groups: nothing is written.
+  poisson = privacy.Sampling('poisson', 300, rate=0.1)
+  assert 'partition' not in poisson.to_dict()
+  assert privacy.Sampling.from_dict(poisson.to_dict()) == poisson
+
+
 def test_fixed_size_rejects_non_gaussian_events():
   sampling = privacy.Sampling('fixed', 100, clients_per_round=10)
   with pytest.raises(dp_accounting.UnsupportedEventError, match='Poisson'):

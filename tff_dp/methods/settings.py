@@ -196,7 +196,8 @@ class RunSettings:
     'all clients each round. cyclic_poisson: the clients split into '
     '--participation_groups fixed groups (public, by --seed), round t '
     'samples group t mod b, each member with probability b x '
-    '--client_sampling_rate (the same expected cohort); accounted as '
+    '--client_sampling_rate (the same expected cohort, on average over '
+    'the groups); accounted as '
     'amplified banded MF (banded or iid noise, bands <= groups). cyclic: '
     'the same draws, accounted without amplification (b-min-separation: '
     'any strategy, BLT included). See docs/privacy.md.',
