@@ -322,16 +322,23 @@ def test_other_flags_in_same_dir_fail(tmp_path):
     training.run_experiment(_config(tmp_path, 'run', rounds=1, clip=2.0))
 
 
+def _saved_before(config, setting: str) -> pathlib.Path:
+  """The run folder of `config` holding a config.json written before
+  `setting` existed (without its key)."""
+  old = config.to_dict()
+  del old[setting]
+  out = pathlib.Path(config.output_dir)
+  out.mkdir(parents=True)
+  (out / 'config.json').write_text(json.dumps(old))
+  return out
+
+
 def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
   # A config.json written before `sketch_hashing` existed lacks it: the
   # run had the default's behaviour, so the same command resumes it, and
   # the other value is a different run.
   config = _config(tmp_path, 'old', rounds=1, method='fetchsgd')
-  old = config.to_dict()
-  del old['sketch_hashing']
-  out = pathlib.Path(config.output_dir)
-  out.mkdir(parents=True)
-  (out / 'config.json').write_text(json.dumps(old))
+  out = _saved_before(config, 'sketch_hashing')
   outputs.check_same_config(out, config)
   with pytest.raises(ValueError, match=r'different flags \(sketch_hashing\)'):
     outputs.check_same_config(out, config.replace(sketch_hashing='block'))
@@ -346,11 +353,8 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   assert methods.LEGACY_DEFAULTS['top_k_nonprivate_clip'] is True
   config = _config(tmp_path, 'old', rounds=1, method='fl_top')
   assert config.options.top_k_nonprivate_clip is False
-  old = config.to_dict()
-  del old['top_k_nonprivate_clip']
-  out = pathlib.Path(config.output_dir)
-  out.mkdir(parents=True)
-  (out / 'config.json').write_text(json.dumps(old))
+  out = _saved_before(config, 'top_k_nonprivate_clip')
+  old = json.loads((out / 'config.json').read_text())
   with pytest.raises(
     ValueError, match=r'different flags \(top_k_nonprivate_clip\)'
   ):
@@ -381,21 +385,16 @@ def test_a_cyclic_run_from_before_partitions_resumes_balanced(tmp_path):
   )
   assert cyclic.participation_partition == 'by_client_id'
   plain = _config(tmp_path, 'plain', rounds=1)
-  for config in (cyclic, plain):
-    old = config.to_dict()
-    del old['participation_partition']
-    out = pathlib.Path(config.output_dir)
-    out.mkdir(parents=True)
-    (out / 'config.json').write_text(json.dumps(old))
+  cyclic_dir = _saved_before(cyclic, 'participation_partition')
+  plain_dir = _saved_before(plain, 'participation_partition')
   with pytest.raises(
     ValueError, match=r'different flags \(participation_partition\)'
   ):
-    outputs.check_same_config(pathlib.Path(cyclic.output_dir), cyclic)
+    outputs.check_same_config(cyclic_dir, cyclic)
   outputs.check_same_config(
-    pathlib.Path(cyclic.output_dir),
-    cyclic.replace(participation_partition='balanced'),
+    cyclic_dir, cyclic.replace(participation_partition='balanced')
   )
-  outputs.check_same_config(pathlib.Path(plain.output_dir), plain)
+  outputs.check_same_config(plain_dir, plain)
 
 
 def test_tuning_outside_ledger_names_cmp_feds_two_clips():
