@@ -2,6 +2,7 @@
 value is named with its allowed range before any data loads)."""
 
 import dataclasses
+import json
 import pathlib
 import tempfile
 from typing import Any, Optional
@@ -157,6 +158,26 @@ class ExperimentConfig(settings.RunSettings):
     d['task_kwargs'] = dict(self.task_kwargs)
     d['noise_seed'] = noise_seed_status(self.noise_seed)
     return d
+
+
+def with_settings_added_since(saved: dict[str, Any]) -> dict[str, Any]:
+  """A config dict saved by an earlier version (`to_dict`, JSON-read), with
+  every setting added since filled in as that run had it: its legacy value
+  where the new default changed the behaviour, else today's default (see
+  `methods.LEGACY_DEFAULTS`). Keys already in `saved` are kept as saved.
+
+  A resume (`outputs.check_same_config`) and the noise-seed registry
+  (`noise_seeds`) compare a saved configuration through this, so a setting
+  added after a run started is not taken for a change of configuration.
+  """
+  defaults = json.loads(
+    json.dumps(ExperimentConfig(method=saved['method']).to_dict())
+  )
+  legacy = json.loads(json.dumps(methods_lib.LEGACY_DEFAULTS))
+  out = dict(saved)
+  for name, value in defaults.items():
+    out.setdefault(name, legacy.get(name, value))
+  return out
 
 
 def method_options(method, flat: dict[str, Any]):

@@ -15,7 +15,9 @@ depends on, the data folder included; where and how fast it runs does not
 count) by any run folder, this one included (a folder deleted and rerun
 with other settings may have been published before). The same
 configuration again, in this folder (a resume) or elsewhere (a rerun,
-whose releases are identical), is allowed. Runs in sibling trees, or
+whose releases are identical), is allowed; a setting added to tff-dp after
+an entry was registered counts at the value that run had
+(`experiment_config.with_settings_added_since`). Runs in sibling trees, or
 below this one, are not seen: keep one output tree per project. The
 check and the registration hold a lock on the tree. The registry stores a
 salted PBKDF2 digest of the seed, not the seed; a small seed can still be
@@ -54,6 +56,19 @@ def release_settings(config_dict: dict[str, Any]) -> dict[str, Any]:
   return {
     k: v for k, v in config_dict.items() if k not in _NOT_RELEASE_RELEVANT
   }
+
+
+def _as_today(settings: dict[str, Any]) -> dict[str, Any]:
+  """A registered entry's settings with every setting added since it was
+  registered filled in as its run had it (a resume of a run started before
+  a setting existed is the same configuration, not another)."""
+  if 'method' not in settings:
+    return settings
+  return release_settings(
+    json.loads(
+      json.dumps(experiment_config.with_settings_added_since(settings))
+    )
+  )
 
 
 def _digest(seed: int, salt: str) -> str:
@@ -127,6 +142,7 @@ def check_and_register(
 
 def _check_and_register(output_dir, noise_seed, config_dict, allow_reuse):
   mine = json.loads(json.dumps(release_settings(config_dict)))
+  ours = _as_today(mine)
   clash = None
   for path in _registries(output_dir.parent):
     data = _read(path)
@@ -135,12 +151,11 @@ def _check_and_register(output_dir, noise_seed, config_dict, allow_reuse):
       if run['digest'] != digest:
         continue
       other = (path.parent / run['run']).resolve()
-      if run['settings'] == mine:
+      theirs = _as_today(run['settings'])
+      if theirs == ours:
         continue
       diff = sorted(
-        k
-        for k in set(mine) | set(run['settings'])
-        if mine.get(k) != run['settings'].get(k)
+        k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)
       )
       clash = other
       if not allow_reuse:

@@ -22,12 +22,12 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp.aggregators import mf_strategy
 from tff_dp.experiment_config import EXECUTION_ONLY
 from tff_dp.experiment_config import ExperimentConfig
 from tff_dp.experiment_config import noise_seed_status
+from tff_dp.experiment_config import with_settings_added_since
 from tff_dp import processes
 
 CHECKPOINT_PREFIX = 'round_'
@@ -733,14 +733,8 @@ def check_same_config(
   old = json.loads(saved.read_text())
   new = json.loads(json.dumps(config.to_dict()))
   # A flag added after the run started: the run had its legacy value where
-  # the new default changed the behaviour, else its default (see
-  # methods.LEGACY_DEFAULTS).
-  defaults = json.loads(
-    json.dumps(ExperimentConfig(method=config.method).to_dict())
-  )
-  legacy = json.loads(json.dumps(methods_lib.LEGACY_DEFAULTS))
-  for name, value in defaults.items():
-    old.setdefault(name, legacy.get(name, value))
+  # the new default changed the behaviour, else its default.
+  old = with_settings_added_since({'method': config.method, **old})
   # Settings this method does not take (another method's options, which a
   # saved config may record for every method) do not change it.
   old = {k: v for k, v in old.items() if k in new}

@@ -102,3 +102,30 @@ def test_a_new_tree_is_created_and_locked(tmp_path):
   assert noise_seeds.check_and_register(out, 7, _CONFIG) is None
   assert (out.parent / noise_seeds.REGISTRY_NAME).is_file()
   assert (out.parent / (noise_seeds.REGISTRY_NAME + '.lock')).is_file()
+
+
+def test_a_setting_added_since_counts_at_the_value_that_run_had(tmp_path):
+  # A cyclic run registered before --participation_partition existed dealt
+  # its groups the legacy way ('balanced'): resuming it under today's code,
+  # which records the setting, is the same configuration.
+  from tff_dp.experiment_config import ExperimentConfig  # pylint: disable=g-import-not-at-top
+
+  def config(**kwargs):
+    return ExperimentConfig(
+      method='dp_fedavg', participation='cyclic', noise='banded', **kwargs
+    ).to_dict()
+
+  old = config(participation_partition='balanced')
+  del old['participation_partition']
+  noise_seeds.check_and_register(tmp_path / 'a', 7, old)
+  assert (
+    noise_seeds.check_and_register(
+      tmp_path / 'a', 7, config(participation_partition='balanced')
+    )
+    is None
+  )
+  # Today's default deals other groups: another configuration.
+  with pytest.raises(ValueError, match='differs in: participation_partition'):
+    noise_seeds.check_and_register(
+      tmp_path / 'b', 7, config(participation_partition='by_client_id')
+    )
