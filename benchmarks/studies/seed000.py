@@ -210,8 +210,12 @@ same epsilon (issue #86; docs/privacy.md), with the groups dealt from a
 permutation of the population (`--participation_partition=balanced`, as
 the seed-0 run began under it): their epsilon holds for zero-out
 neighbouring, where DP-FedAvg's Poisson-sampled epsilon is the same
-number. Of the `_300` rows defined in the study, only those in this table
-have run.
+number. `banded_mf_300` resumed from a config saved before that setting
+existed, and its run reported its own earlier rounds as a noise seed used
+for another configuration; the kept summary and this row are corrected
+after the run (its `privacy.correction`), and the registry now fills
+settings added since. Of the `_300` rows defined in the study, only those
+in this table have run.
 """
 STUDIES['seed000_regime'] = Study(
   title="Seed 000's regime (Q = 30, S = 0.03): BLUR and LUS with a binding "
