@@ -211,11 +211,13 @@ permutation of the population (`--participation_partition=balanced`, as
 the seed-0 run began under it): their epsilon holds for zero-out
 neighbouring, where DP-FedAvg's Poisson-sampled epsilon is the same
 number. `banded_mf_300` resumed from a config saved before that setting
-existed, and its run reported its own earlier rounds as a noise seed used
-for another configuration; the kept summary and this row are corrected
-after the run (its `privacy.correction`), and the registry now fills
-settings added since. Of the `_300` rows defined in the study, only those
-in this table have run.
+existed, and its run named its own earlier rounds as a noise seed used
+for another configuration; its guarantee caveat cell is cleared after the
+run (the kept summary's `privacy.correction`), since that caveat was
+false, and the registry now fills settings added since. Its noise seed
+is shared with the other rows, as for every study row
+(`benchmarks/results/README.md`). Of the `_300` rows defined in the
+study, only those in this table have run.
 """
 STUDIES['seed000_regime'] = Study(
   title="Seed 000's regime (Q = 30, S = 0.03): BLUR and LUS with a binding "
