@@ -64,11 +64,7 @@ def _as_today(settings: dict[str, Any]) -> dict[str, Any]:
   a setting existed is the same configuration, not another)."""
   if 'method' not in settings:
     return settings
-  return release_settings(
-    json.loads(
-      json.dumps(experiment_config.with_settings_added_since(settings))
-    )
-  )
+  return release_settings(experiment_config.with_settings_added_since(settings))
 
 
 def _digest(seed: int, salt: str) -> str:

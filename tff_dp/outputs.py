@@ -734,7 +734,7 @@ def check_same_config(
   new = json.loads(json.dumps(config.to_dict()))
   # A flag added after the run started: the run had its legacy value where
   # the new default changed the behaviour, else its default.
-  old = with_settings_added_since({'method': config.method, **old})
+  old = with_settings_added_since(old)
   # Settings this method does not take (another method's options, which a
   # saved config may record for every method) do not change it.
   old = {k: v for k, v in old.items() if k in new}
