@@ -173,5 +173,12 @@ def main(argv):
   print(f'final: {final}{eps}')
 
 
+def main_without_teardown(argv):
+  """`main`, then the end of the process without the interpreter's
+  teardown (`processes.exit_without_teardown`) once it has succeeded."""
+  main(argv)
+  processes.exit_without_teardown(0)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main_without_teardown)

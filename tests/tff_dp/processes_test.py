@@ -137,6 +137,43 @@ def test_exit_on_signals_keeps_ignored_signals_ignored():
       signal.signal(s, h)
 
 
+_EXIT_WITHOUT_TEARDOWN = """
+import atexit, sys
+from tff_dp import processes
+
+class Teardown:
+  def __del__(self):
+    sys.stderr.write('torn down')
+
+KEPT = Teardown()  # A module global: its __del__ runs only in teardown.
+atexit.register(lambda: sys.stderr.write('atexit ran;'))
+sys.stdout.write('unflushed output')
+processes.exit_without_teardown(int(sys.argv[1]))
+sys.stdout.write('after the exit')
+"""
+
+
+@pytest.mark.parametrize('code', [0, 3])
+def test_exit_without_teardown_runs_atexit_and_flushes_but_no_teardown(code):
+  done = subprocess.run(
+    [sys.executable, '-c', _EXIT_WITHOUT_TEARDOWN, str(code)],
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert done.returncode == code
+  assert done.stdout == 'unflushed output'
+  assert done.stderr == 'atexit ran;'
+  # The same script exiting normally is torn down (the check above can fail).
+  normal = _EXIT_WITHOUT_TEARDOWN.replace(
+    'processes.exit_without_teardown(int(sys.argv[1]))', 'sys.exit(0)'
+  )
+  done = subprocess.run(
+    [sys.executable, '-c', normal], capture_output=True, text=True, timeout=60
+  )
+  assert done.stderr == 'atexit ran;torn down'
+
+
 class _StopSignalInFinalizer:
   """In a reference cycle; its finalizer signals this process and runs on."""
 

@@ -84,7 +84,10 @@ def test_binary_runs_one_round(tmp_path, name):
   done = subprocess.run(
     cmd, capture_output=True, text=True, timeout=600, env=env
   )
-  assert done.returncode == 0, _failure(done.stderr)
+  # The end of stdout says whether a crashed run had finished ('final:').
+  assert (
+    done.returncode == 0
+  ), f'{_failure(done.stderr)}\nstdout ends: {done.stdout[-500:]!r}'
   assert 'final:' in done.stdout
 
   with open(out / 'metrics.csv') as f:
