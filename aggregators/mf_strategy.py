@@ -129,6 +129,31 @@ class Strategy:
       out['omega'] = list(self.omega)
     return out
 
+  @classmethod
+  def from_dict(cls, d: dict) -> 'Strategy':
+    """The strategy `to_dict` wrote, exactly (JSON floats round-trip).
+
+    Raises:
+      ValueError: On another kind, a size that does not match its values,
+        or values `banded` / `blt` refuse.
+    """
+    kind = d.get('kind')
+    if kind == BANDED:
+      s = banded(d['coefficients'])
+      size, found = d.get('bands'), s.bands
+    elif kind == BLT:
+      s = blt(d['theta'], d['omega'])
+      size, found = d.get('buffers'), len(s.theta)
+    else:
+      raise ValueError(
+        f"A strategy's kind must be {BANDED!r} or {BLT!r}. Found {kind!r}."
+      )
+    if size != found:
+      raise ValueError(
+        f'A {kind} strategy of size {size!r} has {found} values: {d!r}.'
+      )
+    return s
+
 
 def banded(coefficients: Sequence[float]) -> Strategy:
   """A banded strategy from `c_0..c_{b-1}` (`c_0 > 0`, all finite).

@@ -8,17 +8,31 @@ through (`tff_dp.sampling`). The strategy is optimised at setup for the
 workload of the server's optimiser (SGD with `--server_momentum`) over
 `--rounds`; `--bands=auto` picks the number of bands by the expected error
 at the target epsilon (`mf_accounting.choose_bands`).
+
+A run keeps its plan in its folder (`PLAN_FILE`, `resolve_in`) and a
+resumed run reads it back rather than optimising again: the optimisers'
+results can differ in their last bits between machines (floating point
+summation order), and a resumed run must stream the noise and account the
+strategy it started with.
 """
 
 import dataclasses
+import json
 import math
+import pathlib
 from typing import Optional
 
+from absl import logging
+
 from tff_dp import mf_accounting
+from tff_dp import outputs
 from tff_dp.aggregators import mf_strategy
 
 # --bands=auto's candidates (those that fit the rate and the rounds).
 AUTO_BANDS = (1, 2, 4, 8, 16, 32, 64)
+
+# The run folder's record of its plan (`resolve_in`).
+PLAN_FILE = 'noise_plan.json'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +60,19 @@ class NoisePlan:
         for b, z, e in self.choices
       ],
     }
+
+  @classmethod
+  def from_dict(cls, d: dict) -> 'NoisePlan':
+    """The plan `to_dict` wrote, exactly (JSON floats round-trip)."""
+    strategy = d.get('strategy')
+    return cls(
+      None if strategy is None else mf_strategy.Strategy.from_dict(strategy),
+      d.get('groups'),
+      tuple(
+        (c['bands'], c['noise_multiplier'], c['expected_error'])
+        for c in d.get('auto_bands_candidates', ())
+      ),
+    )
 
 
 def check(config) -> None:
@@ -162,3 +189,44 @@ def resolve(config, num_clients: int, delta: Optional[float]) -> NoisePlan:
     best.bands,
     tuple((c.bands, c.noise_multiplier, c.error) for c in choices),
   )
+
+
+def resolve_in(
+  config,
+  num_clients: int,
+  delta: Optional[float],
+  output_dir: Optional[pathlib.Path],
+) -> NoisePlan:
+  """`resolve`, kept in the run folder: the first invocation writes the
+  plan to `output_dir / PLAN_FILE`, a resumed one reads it back (the
+  folder's settings are the run's: `outputs.check_same_config`).
+
+  Raises:
+    ValueError: As `resolve`; or if the folder's plan is unreadable or is
+      not of this run's `--noise` (named, with the file).
+  """
+  check(config)
+  path = None if output_dir is None else pathlib.Path(output_dir) / PLAN_FILE
+  if path is not None and path.exists():
+    try:
+      plan = NoisePlan.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(
+        f'{path} is not a readable noise plan ({e}): restore it from the '
+        "run's summary.json privacy section, or choose a new "
+        'root_output_dir.'
+      ) from e
+    kind = None if plan.strategy is None else plan.strategy.kind
+    wanted = None if config.noise == 'iid' else config.noise
+    if kind != wanted:
+      raise ValueError(
+        f'{path} holds a {kind or "iid"} noise plan, not --noise='
+        f'{config.noise}: choose a new root_output_dir.'
+      )
+    logging.info('Noise plan read from %s (as the run started).', path)
+    return plan
+  plan = resolve(config, num_clients, delta)
+  if path is not None and plan.strategy is not None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    outputs.atomic_write(path, json.dumps(plan.to_dict(), indent=2))
+  return plan

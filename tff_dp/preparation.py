@@ -3,6 +3,7 @@ sampling, the method's params and the noise, and builds the learning
 process (used by the round loop and by the speed benchmarks alike)."""
 
 import dataclasses
+import pathlib
 from typing import Any, Optional
 
 from absl import logging
@@ -72,7 +73,12 @@ def prepare(config: ExperimentConfig) -> Prepared:
     delta = (
       config.delta if config.delta is not None else min(1e-5, 1.0 / num_clients)
     )
-  plan = noise_plan.resolve(config, num_clients, delta)
+  plan = noise_plan.resolve_in(
+    config,
+    num_clients,
+    delta,
+    pathlib.Path(config.output_dir) if config.output_dir else None,
+  )
   sampling = sampling_for(config, num_clients, method.private, plan.groups)
   params = method_params(config, method, task, sampling, delta, plan)
   cost = method.cost(params)

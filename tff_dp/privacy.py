@@ -1037,7 +1037,9 @@ class PrivacyLedger:
         f'Cyclic participation ({self.sampling.mode!r}) accounts one '
         'strategy and noise multiplier for every round; round '
         f'{len(self._events) + 1} released {event}, round 1 '
-        f'{self._events[0]}.'
+        f'{self._events[0]}. (A resumed run reads the strategy it started '
+        "with from its folder's noise_plan.json; one whose folder lacks it "
+        'optimised it again.)'
       )
     self._events.append(event)
 

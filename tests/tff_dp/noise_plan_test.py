@@ -269,6 +269,103 @@ def test_resume_from_every_rounds_checkpoint_is_bit_identical(
     np.testing.assert_array_equal(wa[k], wb[k])
 
 
+def test_a_resume_streams_the_strategy_it_started_with(
+  tmp_path, banded_run, monkeypatch
+):
+  # Another machine's optimiser can differ in the last bits (a BLT run
+  # resumed on another machine did): the resumed run must read the plan
+  # its folder kept, not optimise again, and end as the uninterrupted run.
+  full_dir, _ = banded_run
+  config = _config(tmp_path)
+
+  def crash(round_num):
+    if round_num == 2:
+      raise _Interrupt()
+
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash)
+  kept = json.loads((tmp_path / 'run' / noise_plan.PLAN_FILE).read_text())
+  assert kept == json.loads((full_dir / noise_plan.PLAN_FILE).read_text())
+  started = mf_strategy.Strategy.from_dict(kept['strategy'])
+  assert started.bands == 2
+
+  def elsewhere(bands, horizon, momentum=0.0):
+    del bands, horizon, momentum
+    c = np.array(started.coefficients)
+    return mf_strategy.banded(c * (1 + 1e-12 * np.arange(len(c))))
+
+  monkeypatch.setattr(mf_strategy, 'optimize_banded', elsewhere)
+  assert noise_plan.resolve(config, 4, 1e-3).strategy != started
+  summary = training.run_experiment(config)
+  assert summary['first_round_this_invocation'] == 3
+  a, b = _read(full_dir / 'metrics.csv'), _read(tmp_path / 'run/metrics.csv')
+  assert a == b
+  wa, wb = _weights(full_dir), _weights(tmp_path / 'run')
+  for k in wa:
+    np.testing.assert_array_equal(wa[k], wb[k])
+
+
+def test_a_folder_without_its_plan_names_the_file(tmp_path, monkeypatch):
+  # A run folder from before the plan was kept, resumed where the
+  # optimiser lands elsewhere: refused before its epsilon continues, and the
+  # message says where the strategy is kept.
+  config = _config(tmp_path, rounds=2)
+
+  def crash(round_num):
+    if round_num == 1:
+      raise _Interrupt()
+
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash)
+  (tmp_path / 'run' / noise_plan.PLAN_FILE).unlink()
+  monkeypatch.setattr(
+    mf_strategy,
+    'optimize_banded',
+    lambda bands, horizon, momentum=0.0: mf_strategy.banded([1.0, 0.25]),
+  )
+  with pytest.raises(ValueError, match='noise_plan.json'):
+    training.run_experiment(config)
+
+
+@pytest.mark.parametrize(
+  'text, match',
+  [
+    ('{not json', 'is not a readable noise plan'),
+    ('{"strategy": {"kind": "dense"}}', "kind must be 'banded' or 'blt'"),
+    (
+      '{"strategy": {"kind": "banded", "bands": 3, "coefficients": [1, 0.5]}}',
+      'size 3 has 2 values',
+    ),
+    (
+      '{"strategy": {"kind": "blt", "buffers": 1, "theta": [0.5], '
+      '"omega": [0.5]}, "groups": 2}',
+      'holds a blt noise plan, not --noise=banded',
+    ),
+  ],
+)
+def test_a_bad_kept_plan_is_refused_naming_the_file(tmp_path, text, match):
+  (tmp_path / noise_plan.PLAN_FILE).write_text(text)
+  with pytest.raises(ValueError, match=match) as e:
+    noise_plan.resolve_in(_config(), 4, 1e-3, tmp_path)
+  assert noise_plan.PLAN_FILE in str(e.value)
+
+
+def test_a_kept_plan_round_trips_exactly(tmp_path):
+  for config in (
+    _config(),
+    _config(
+      rounds=30, participation='cyclic', participation_groups=3, noise='blt'
+    ),
+  ):
+    plan = noise_plan.resolve_in(config, 4, 1e-3, tmp_path / config.noise)
+    again = noise_plan.resolve_in(config, 4, 1e-3, tmp_path / config.noise)
+    assert again == plan
+    assert (tmp_path / config.noise / noise_plan.PLAN_FILE).exists()
+  assert noise_plan.resolve_in(_config(), 4, 1e-3, None) == (
+    noise_plan.resolve(_config(), 4, 1e-3)
+  )
+
+
 def test_one_band_one_group_is_dp_fedavg_bit_for_bit(tmp_path, shared_data_dir):
   del shared_data_dir
   # --bands=1 under cyclic Poisson with one group: the same draws and
