@@ -19,13 +19,14 @@ strategy it started with.
 import dataclasses
 import json
 import math
+import os
 import pathlib
+import tempfile
 from typing import Optional
 
 from absl import logging
 
 from tff_dp import mf_accounting
-from tff_dp import outputs
 from tff_dp.aggregators import mf_strategy
 
 # --bands=auto's candidates (those that fit the rate and the rounds).
@@ -228,5 +229,9 @@ def resolve_in(
   plan = resolve(config, num_clients, delta)
   if path is not None and plan.strategy is not None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.atomic_write(path, json.dumps(plan.to_dict(), indent=2))
+    with tempfile.NamedTemporaryFile(
+      'w', dir=path.parent, delete=False, prefix=f'.{path.name}'
+    ) as f:
+      f.write(json.dumps(plan.to_dict(), indent=2))
+    os.replace(f.name, path)
   return plan
