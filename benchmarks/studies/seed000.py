@@ -216,8 +216,12 @@ for another configuration; its guarantee caveat cell is cleared after the
 run (the kept summary's `privacy.correction`), since that caveat was
 false, and the registry now fills settings added since. Its noise seed
 is shared with the other rows, as for every study row
-(`benchmarks/results/README.md`). Of the `_300` rows defined in the
-study, only those in this table have run.
+(`benchmarks/results/README.md`). `blt_300` was resumed at round 31 on
+another machine from a folder that predated `noise_plan.json`; its
+`noise_plan.json` was written from the strategy its ledger recorded for
+round 1 (`benchmarks/in_progress/README.md`), so rounds 31-300 ran the
+strategy of rounds 1-30. Of the `_300` rows defined in the study, only
+those in this table have run.
 """
 STUDIES['seed000_regime'] = Study(
   title="Seed 000's regime (Q = 30, S = 0.03): BLUR and LUS with a binding "
