@@ -65,12 +65,13 @@ format: $(STAMP)
 # Lint, Bazel's smoke (every target built; the build's own tests and the
 # user example run through Bazel: bazel/test.sh), then the whole suite
 # through pytest, two test files at a time (pytest-xdist, one interpreter
-# per core, under a hard time limit). worker_binary children are ended by
+# per core, under a hard time limit), never downloading data
+# (TFF_DP_NO_DOWNLOAD=1). worker_binary children are ended by
 # tff_dp's atexit hook and by `timeout -k`. The last line reads
 # "N passed, N skipped in S" (or names the failures).
 test: $(STAMP) $(JEMALLOC_STAMP) lint docs
-	TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh smoke
-	timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile tests
+	TFF_DP_NO_DOWNLOAD=1 TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh smoke
+	TFF_DP_NO_DOWNLOAD=1 timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # The docs site (mkdocs.yml; docs/ and the committed benchmarks/results/,
 # served under results/) into site/. --strict: a broken link, a missing

@@ -7,7 +7,11 @@ Sources, in order:
      data README), decoded once with Pillow into
      `$TFF_DP_CACHE_DIR/cifar10_decoded.npz` (default `~/.cache/tff_dp`);
   3. A prepared TFDS `cifar10` (see `tfds_data`), put back in the official
-     order.
+     order;
+  4. Failing all, the official `cifar-10-python.tar.gz` (170.5 MB), fetched
+     from where `keras.datasets.cifar10` fetches it, checked against the
+     SHA-256 Keras pins, and unpacked into the Keras cache's
+     `cifar-10-batches-py/` (`download`).
 """
 
 import hashlib
@@ -24,6 +28,7 @@ import tensorflow as tf
 
 from tff_dp.tasks import client_data as client_data_lib
 from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
@@ -37,6 +42,22 @@ _SOURCE = (
   'y_test), or as a prepared TFDS cifar10 '
   "(tfds.builder('cifar10').download_and_prepare(), in "
   '~/tensorflow_datasets or $TFDS_DATA_DIR).'
+)
+
+# What `keras.datasets.cifar10.load_data()` fetches, with the SHA-256 it pins.
+REMOTE = download.Source(
+  dataset='CIFAR-10',
+  files=(
+    download.RemoteFile(
+      'cifar-10-python.tar.gz',
+      'https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz',
+      '6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce',
+      'sha256',
+      170498071,
+    ),
+  ),
+  folder='cifar-10-batches-py',
+  untar='cifar-10-batches-py',
 )
 
 
@@ -115,7 +136,7 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
   tried = []
   for folder in (
     root / 'cifar-10-batches-py',
-    data_dir_lib.KERAS_CACHE_DIR / 'cifar-10-batches-py',
+    data_dir_lib.keras_cache_dir() / 'cifar-10-batches-py',
   ):
     tried.append(str(folder / 'test_batch'))
     if (folder / 'test_batch').exists():
@@ -132,7 +153,7 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
     return tfds_data.cifar10_arrays(data_dir)
   except data_dir_lib.DataNotFoundError as tfds_error:
     tried += tfds_error.tried
-  raise data_dir_lib.not_found(tried, _SOURCE)
+  return _load_pickled_batches(download.fetch(REMOTE, tried))
 
 
 SPLITS = ('dirichlet', 'class_balanced_overlap')

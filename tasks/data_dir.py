@@ -4,7 +4,9 @@ Every loader takes a `data_dir`. When it is `None`, the directory is taken from
 the environment variable `TFF_DP_DATA_DIR`, and failing that from
 `../shared/data` next to the repository (the layout of a development checkout).
 Decoded caches (e.g. CIFAR-10 pixels) go to `TFF_DP_CACHE_DIR`, default
-`~/.cache/tff_dp`.
+`~/.cache/tff_dp`. Downloads (`download`) go to the Keras cache,
+`$KERAS_HOME/datasets` (default `~/.keras/datasets`), as
+`tf.keras.datasets` puts them.
 
 What a loader read is recorded where it reads (`record_read`) and collected
 by `recording()` (`tasks.load_task` puts it on the task as
@@ -31,7 +33,17 @@ CACHE_DIR_ENV = 'TFF_DP_CACHE_DIR'
 _REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = _REPO_ROOT.parent / 'shared' / 'data'
 
-KERAS_CACHE_DIR = pathlib.Path('~/.keras/datasets').expanduser()
+# Where Keras's `get_file` caches datasets: `$KERAS_HOME/datasets`, default
+# `~/.keras/datasets` (read through `keras_cache_dir()`).
+KERAS_CACHE_DIR = (
+  pathlib.Path(os.environ.get('KERAS_HOME', '~/.keras')).expanduser()
+  / 'datasets'
+)
+
+
+def keras_cache_dir() -> pathlib.Path:
+  """The Keras dataset cache, where downloads land (`download`)."""
+  return KERAS_CACHE_DIR
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -108,7 +108,7 @@ def load_emnist_arrays(
   """
   tried = []
   for name, extra_dirs in (
-    ('emnist_all.sqlite', (data_dir_lib.KERAS_CACHE_DIR,)),
+    ('emnist_all.sqlite', (data_dir_lib.keras_cache_dir(),)),
     ('emnist_federated.npz', ()),
   ):
     try:

@@ -5,7 +5,9 @@ Sources, in order: `fashion_mnist.npz` in the data directory (keys x_train,
 y_train, x_test, y_test, as in `keras.datasets.fashion_mnist`), then the Keras
 cache's IDX files (`fashion-mnist/*-idx?-ubyte.gz`, in the data directory or
 `~/.keras/datasets`), then a prepared TFDS `fashion_mnist` (see `tfds_data`;
-same examples, in TFDS's order).
+same examples, in TFDS's order). Failing all, the four IDX files (30.1 MB)
+are downloaded from where `keras.datasets.fashion_mnist` fetches them into
+the Keras cache, each checked against Zalando's published MD5 (`download`).
 """
 
 import gzip
@@ -17,6 +19,7 @@ import tensorflow as tf
 
 from tff_dp.tasks import client_data as client_data_lib
 from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
@@ -37,6 +40,23 @@ _IDX = (
   't10k-images-idx3-ubyte.gz',
   't10k-labels-idx1-ubyte.gz',
 )
+# Where `keras.datasets.fashion_mnist.load_data()` downloads from; the MD5s
+# and sizes are those Zalando Research publishes for the official files
+# (github.com/zalandoresearch/fashion-mnist, README).
+_ORIGIN = 'https://storage.googleapis.com/tensorflow/tf-keras-datasets/'
+REMOTE = download.Source(
+  dataset='Fashion-MNIST',
+  files=tuple(
+    download.RemoteFile(name, _ORIGIN + name, md5, 'md5', size)
+    for name, md5, size in (
+      (_IDX[0], '8d4fb7e6c68d591d4c3dfef9ec88bf0d', 26421880),
+      (_IDX[1], '25c81989df183df01b3e8a0aad5dffbe', 29515),
+      (_IDX[2], 'bef4ecab320f06d8554ea6380940ec79', 4422102),
+      (_IDX[3], 'bb300cfdad3c16e7a12a480ee83cd310', 5148),
+    )
+  ),
+  folder='fashion-mnist',
+)
 
 
 def _read_idx(path: pathlib.Path) -> np.ndarray:
@@ -47,6 +67,13 @@ def _read_idx(path: pathlib.Path) -> np.ndarray:
     int.from_bytes(data[4 + 4 * i : 8 + 4 * i], 'big') for i in range(ndim)
   )
   return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _read_idx_files(folder: pathlib.Path):
+  data_dir_lib.record_read(
+    'Keras Fashion-MNIST IDX files', [folder / f for f in _IDX]
+  )
+  return tuple(_read_idx(folder / f) for f in _IDX)
 
 
 def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
@@ -64,19 +91,16 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
     root = data_dir_lib.resolve_data_dir(data_dir)
     for d in (
       root / 'fashion-mnist',
-      data_dir_lib.KERAS_CACHE_DIR / 'fashion-mnist',
+      data_dir_lib.keras_cache_dir() / 'fashion-mnist',
     ):
       tried.append(f'{d}/*-idx?-ubyte.gz')
       if all((d / f).exists() for f in _IDX):
-        data_dir_lib.record_read(
-          'Keras Fashion-MNIST IDX files', [d / f for f in _IDX]
-        )
-        return tuple(_read_idx(d / f) for f in _IDX)
+        return _read_idx_files(d)
     try:
       return tfds_data.fashion_mnist_arrays(data_dir)
     except data_dir_lib.DataNotFoundError as tfds_error:
       tried += tfds_error.tried
-    raise data_dir_lib.not_found(tried, _SOURCE) from None
+    return _read_idx_files(download.fetch(REMOTE, tried))
   data_dir_lib.record_read('fashion_mnist.npz', [path])
   with np.load(path) as d:
     return d['x_train'], d['y_train'], d['x_test'], d['y_test']

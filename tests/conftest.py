@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# The suite never downloads (tests/tasks/download_test.py allows it against
+# a local server only); the binaries it starts inherit this.
+os.environ['TFF_DP_NO_DOWNLOAD'] = '1'
 
 import pytest  # noqa: E402
 

@@ -64,6 +64,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
   task = tasks_lib.load_task(
     config.task,
     config.data_dir,
+    download=config.download,
     model_seed=config.seed,
     **dict(config.task_kwargs),
   )

@@ -165,6 +165,7 @@ DEFAULTS = {
   'cmp_rank': 4,
   'cmp_vectors_phase': 'v',
   'data_dir': None,
+  'download': True,
   'ddgauss_bits': 20,
   'ddgauss_min_clients': None,
   'delta': None,

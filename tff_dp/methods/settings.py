@@ -373,6 +373,15 @@ class RunSettings:
     'Data directory (default: $TFF_DP_DATA_DIR, then ../shared/data next '
     'to the repository).',
   )
+  download: bool = _setting(
+    True,
+    'When the task\'s data is not found locally, download its canonical '
+    'public source into the Keras cache ($KERAS_HOME/datasets, default '
+    '~/.keras/datasets), checksum-verified, as tf.keras.datasets does. '
+    '--nodownload (or TFF_DP_NO_DOWNLOAD=1) forbids it: a missing dataset '
+    'then ends the job with one line saying where to place it.',
+    execution_only=True,
+  )
   output_dir: Optional[str] = _setting(
     None,
     'Where metrics.csv, tensorboard/, checkpoints/ and summary.json go; '

@@ -1,0 +1,279 @@
+"""Fetches a dataset's canonical public files into the user's Keras cache.
+
+When a loader finds no local copy (see `data_dir`), it fetches the files its
+source publishes, the way `tf.keras.datasets.<name>.load_data()` does, into
+the same cache (`$KERAS_HOME/datasets`, default `~/.keras/datasets`), so a
+Keras user's copy is found and a copy fetched here serves Keras too.
+
+Each file is fetched with Keras's own downloader (`tf.keras.utils.get_file`)
+into a staging folder beside the cache, checked against the digest pinned
+here (the source's published MD5 or SHA-256), and only then moved into place
+with `os.replace`: the cache never holds half a file or a file that failed
+its check, and a file already there is used only if it passes the same
+check.
+
+Downloads are forbidden by `allowed(False)` (the run setting `--nodownload`,
+see `tff_dp.tasks.load_task`) or by the environment variable
+`TFF_DP_NO_DOWNLOAD=1` (jobs, CI and the test suite). A forbidden, refused or
+failed download raises `DownloadError`: one line naming the dataset, what
+was tried, the size, and where to place the files by hand.
+"""
+
+import contextlib
+import contextvars
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import socket
+import tarfile
+import tempfile
+from typing import Iterator, Optional, Sequence
+
+from absl import logging
+
+from tff_dp.tasks import data_dir as data_dir_lib
+
+NO_DOWNLOAD_ENV = 'TFF_DP_NO_DOWNLOAD'
+# Seconds a connection may stay silent before the download is given up.
+TIMEOUT_SECONDS = 60.0
+
+_ALLOWED: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar(
+  'tff_dp_download_allowed', default=None
+)
+
+
+class DownloadError(data_dir_lib.DataNotFoundError):
+  """A dataset could not be fetched; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteFile:
+  """One published file.
+
+  Attributes:
+    name: Its name in the cache folder.
+    url: Where it is published.
+    digest: Its published checksum, hex.
+    algorithm: 'md5' or 'sha256' (the one the source publishes).
+    size: Its size in bytes (for the messages).
+  """
+
+  name: str
+  url: str
+  digest: str
+  algorithm: str
+  size: int
+
+  def __post_init__(self):
+    if self.algorithm not in ('md5', 'sha256'):
+      raise ValueError(
+        f"algorithm must be 'md5' or 'sha256'. Found {self.algorithm!r}."
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A dataset's published files and the cache folder they go to.
+
+  Attributes:
+    dataset: Its name, for the messages (e.g. 'Fashion-MNIST').
+    files: The files to fetch.
+    folder: The folder under the Keras cache that holds them, as Keras's
+      own loader names it (e.g. 'fashion-mnist').
+    untar: If set, the name of the folder the (single) `.tar.gz` file
+      unpacks to, which is put in the cache instead of the archive, as
+      `get_file(untar=True)` leaves it for CIFAR-10 (`folder` is then
+      unused).
+  """
+
+  dataset: str
+  files: tuple[RemoteFile, ...]
+  folder: str
+  untar: Optional[str] = None
+
+  @property
+  def size(self) -> int:
+    return sum(f.size for f in self.files)
+
+
+def env_forbids() -> bool:
+  """Whether `TFF_DP_NO_DOWNLOAD` is set to a true value."""
+  value = os.environ.get(NO_DOWNLOAD_ENV, '').strip().lower()
+  return value not in ('', '0', 'false', 'no')
+
+
+def is_allowed() -> bool:
+  """Whether a loader may download now (`allowed`, then the environment)."""
+  if env_forbids():
+    return False
+  allowed_now = _ALLOWED.get()
+  return True if allowed_now is None else allowed_now
+
+
+@contextlib.contextmanager
+def allowed(value: Optional[bool]) -> Iterator[None]:
+  """Inside the block downloads are allowed iff `value` (None: unchanged).
+
+  `TFF_DP_NO_DOWNLOAD=1` forbids them whatever `value` is.
+  """
+  token = _ALLOWED.set(_ALLOWED.get() if value is None else bool(value))
+  try:
+    yield
+  finally:
+    _ALLOWED.reset(token)
+
+
+def _megabytes(size: int) -> str:
+  return f'{size / 1e6:.1f} MB'
+
+
+def _digest(path: pathlib.Path, algorithm: str) -> str:
+  digest = hashlib.new(algorithm)
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _verified(path: pathlib.Path, remote: RemoteFile) -> bool:
+  return path.is_file() and _digest(path, remote.algorithm) == remote.digest
+
+
+def _by_hand(source: Source, tried: Sequence[str]) -> str:
+  names = ', '.join(f.name for f in source.files)
+  where = data_dir_lib.keras_cache_dir() / source.folder
+  tried_text = f' Looked in: {", ".join(tried)}.' if tried else ''
+  return (
+    f'{tried_text} To place it by hand, put {names} (from '
+    f'{source.files[0].url.rsplit("/", 1)[0]}/) in {where}, or pass '
+    f'--data_dir (or set {data_dir_lib.DATA_DIR_ENV}) to a folder that '
+    'holds the dataset.'
+  )
+
+
+def _reason(error: BaseException) -> str:
+  # Keras's get_file raises a bare Exception that already names the URL.
+  if type(error) is Exception:  # pylint: disable=unidiomatic-typecheck
+    return str(error)
+  return f'{type(error).__name__}: {error}'
+
+
+def _line(text: str) -> str:
+  return ' '.join(str(text).split())
+
+
+def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
+  """Fetches `source` into the Keras cache; returns its cache folder.
+
+  Files already in the cache that pass their check are kept; the others are
+  fetched, checked and moved into place.
+
+  Args:
+    source: What to fetch.
+    tried: The local paths the loader looked at, for the error message.
+
+  Returns:
+    `<Keras cache>/<source.folder>` (with `untar`, the unpacked folder).
+
+  Raises:
+    DownloadError: If downloads are forbidden, the source cannot be reached
+      or refuses, or a file fails its checksum (nothing is then cached).
+  """
+  cache = data_dir_lib.keras_cache_dir()
+  target = cache / (source.untar or source.folder)
+  total = _megabytes(source.size)
+  if not is_allowed():
+    raise DownloadError(
+      _line(
+        f'{source.dataset} is not on this machine and downloads are off '
+        f'(--nodownload or {NO_DOWNLOAD_ENV}); it would fetch {total}.'
+        + _by_hand(source, tried)
+      ),
+      tried=tuple(tried),
+    )
+  folder = cache / source.folder
+  if source.untar is None:
+    missing = [f for f in source.files if not _verified(folder / f.name, f)]
+    if not missing:
+      return folder
+  else:  # The archive is not kept: the loader asks only when unpacked is not.
+    missing = list(source.files)
+  cache.mkdir(parents=True, exist_ok=True)
+  staging = pathlib.Path(
+    tempfile.mkdtemp(dir=cache, prefix=f'.{source.folder}.partial-')
+  )
+  # Imported here: TensorFlow is slow to import and only a download needs it.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  previous_timeout = socket.getdefaulttimeout()
+  socket.setdefaulttimeout(TIMEOUT_SECONDS)
+  try:
+    for remote in missing:
+      logging.info(
+        'Downloading %s (%s) from %s',
+        remote.name,
+        _megabytes(remote.size),
+        remote.url,
+      )
+      try:
+        path = tf.keras.utils.get_file(
+          remote.name,
+          origin=remote.url,
+          cache_dir=str(staging),
+          cache_subdir='files',
+        )
+      except (Exception, KeyboardInterrupt) as e:  # pylint: disable=broad-except
+        if isinstance(e, KeyboardInterrupt):
+          raise
+        raise DownloadError(
+          _line(
+            f'{source.dataset}: could not download {remote.name} '
+            f'({_megabytes(remote.size)} of {total}) from {remote.url}: '
+            f'{_reason(e)}.' + _by_hand(source, tried)
+          ),
+          tried=tuple(tried),
+        ) from None
+      got = _digest(pathlib.Path(path), remote.algorithm)
+      if got != remote.digest:
+        raise DownloadError(
+          _line(
+            f'{source.dataset}: the downloaded {remote.name} from '
+            f'{remote.url} fails its {remote.algorithm} check (got {got}, '
+            f'published {remote.digest}; {pathlib.Path(path).stat().st_size} '
+            f'bytes of {remote.size}): a truncated or corrupted file, not '
+            'cached.' + _by_hand(source, tried)
+          ),
+          tried=tuple(tried),
+        )
+    if source.untar is not None:
+      return _unpack(source, staging, target)
+    folder.mkdir(parents=True, exist_ok=True)
+    for remote in missing:
+      os.replace(staging / 'files' / remote.name, folder / remote.name)
+    logging.info('%s cached in %s', source.dataset, folder)
+    return folder
+  finally:
+    socket.setdefaulttimeout(previous_timeout)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unpack(
+  source: Source, staging: pathlib.Path, target: pathlib.Path
+) -> pathlib.Path:
+  """Unpacks the source's one archive into `target` (atomically)."""
+  (remote,) = source.files
+  archive = staging / 'files' / remote.name
+  with tarfile.open(archive, 'r:gz') as tar:
+    tar.extractall(staging / 'unpacked', filter='data')
+  unpacked = staging / 'unpacked' / source.untar
+  if not unpacked.is_dir():
+    raise DownloadError(
+      f'{source.dataset}: {remote.name} holds no folder {source.untar!r}.'
+    )
+  if target.exists():
+    shutil.rmtree(target)
+  os.replace(unpacked, target)
+  logging.info('%s unpacked into %s', source.dataset, target)
+  return target
