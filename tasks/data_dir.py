@@ -46,6 +46,16 @@ def keras_cache_dir() -> pathlib.Path:
   return KERAS_CACHE_DIR
 
 
+# Where `tff.simulation.datasets.*.load_data` caches (its `download`
+# module's default, `~/.tff`); read through `tff_cache_dir()`.
+TFF_CACHE_DIR = pathlib.Path('~/.tff').expanduser()
+
+
+def tff_cache_dir() -> pathlib.Path:
+  """TFF's dataset cache (federated EMNIST's `emnist_all.sqlite`)."""
+  return TFF_CACHE_DIR
+
+
 class DataNotFoundError(FileNotFoundError):
   """A dataset file is missing; the message says where such data comes from.
 

@@ -1,9 +1,10 @@
-"""Fetches a dataset's canonical public files into the user's Keras cache.
+"""Fetches a dataset's canonical public files into the user's cache.
 
 When a loader finds no local copy (see `data_dir`), it fetches the files its
-source publishes, the way `tf.keras.datasets.<name>.load_data()` does, into
-the same cache (`$KERAS_HOME/datasets`, default `~/.keras/datasets`), so a
-Keras user's copy is found and a copy fetched here serves Keras too.
+source publishes, the way `tf.keras.datasets.<name>.load_data()` or
+`tff.simulation.datasets.emnist.load_data()` does, into the same cache
+(`$KERAS_HOME/datasets`, default `~/.keras/datasets`; TFF's `~/.tff`), so a
+Keras or TFF user's copy is found and a copy fetched here serves them too.
 
 Each file is fetched with Keras's own downloader (`tf.keras.utils.get_file`)
 into a staging folder beside the cache, checked against the digest pinned
@@ -23,6 +24,7 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
+import lzma
 import os
 import pathlib
 import shutil
@@ -86,16 +88,53 @@ class Source:
       unpacks to, which is put in the cache instead of the archive, as
       `get_file(untar=True)` leaves it for CIFAR-10 (`folder` is then
       unused).
+    unlzma: If set, the file the (single) `.lzma` file decompresses to,
+      put in `folder` instead of the archive after its own check, as
+      TFF's `download.get_compressed_file` leaves it.
+    root: The cache: 'keras' (`$KERAS_HOME/datasets`) or 'tff' (`~/.tff`,
+      where `tff.simulation.datasets` caches).
   """
 
   dataset: str
   files: tuple[RemoteFile, ...]
   folder: str
   untar: Optional[str] = None
+  unlzma: Optional['Unpacked'] = None
+  root: str = 'keras'
+
+  def __post_init__(self):
+    if self.root not in _ROOTS:
+      raise ValueError(
+        f'root must be one of {sorted(_ROOTS)}. Found {self.root!r}.'
+      )
+    if (self.untar or self.unlzma) and len(self.files) != 1:
+      raise ValueError(
+        f'{self.dataset}: an archive source has one file. Found '
+        f'{len(self.files)}.'
+      )
 
   @property
   def size(self) -> int:
     return sum(f.size for f in self.files)
+
+  @property
+  def cache_root(self) -> pathlib.Path:
+    return _ROOTS[self.root]()
+
+
+@dataclasses.dataclass(frozen=True)
+class Unpacked:
+  """The file an `.lzma` source decompresses to, with its pinned SHA-256."""
+
+  name: str
+  sha256: str
+  size: int
+
+
+_ROOTS = {
+  'keras': data_dir_lib.keras_cache_dir,
+  'tff': data_dir_lib.tff_cache_dir,
+}
 
 
 def env_forbids() -> bool:
@@ -143,7 +182,9 @@ def _verified(path: pathlib.Path, remote: RemoteFile) -> bool:
 
 def _by_hand(source: Source, tried: Sequence[str]) -> str:
   names = ', '.join(f.name for f in source.files)
-  where = data_dir_lib.keras_cache_dir() / source.folder
+  if source.unlzma is not None:
+    names = f'{source.unlzma.name} (decompressed {names})'
+  where = source.cache_root / source.folder
   tried_text = f' Looked in: {", ".join(tried)}.' if tried else ''
   return (
     f'{tried_text} To place it by hand, put {names} (from '
@@ -175,13 +216,14 @@ def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
     tried: The local paths the loader looked at, for the error message.
 
   Returns:
-    `<Keras cache>/<source.folder>` (with `untar`, the unpacked folder).
+    `<cache>/<source.folder>`; with `untar`, the unpacked folder; with
+    `unlzma`, the decompressed file.
 
   Raises:
     DownloadError: If downloads are forbidden, the source cannot be reached
       or refuses, or a file fails its checksum (nothing is then cached).
   """
-  cache = data_dir_lib.keras_cache_dir()
+  cache = source.cache_root
   target = cache / (source.untar or source.folder)
   total = _megabytes(source.size)
   if not is_allowed():
@@ -194,7 +236,7 @@ def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
       tried=tuple(tried),
     )
   folder = cache / source.folder
-  if source.untar is None:
+  if source.untar is None and source.unlzma is None:
     missing = [f for f in source.files if not _verified(folder / f.name, f)]
     if not missing:
       return folder
@@ -249,6 +291,8 @@ def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
         )
     if source.untar is not None:
       return _unpack(source, staging, target)
+    if source.unlzma is not None:
+      return _decompress(source, staging, folder, tried)
     folder.mkdir(parents=True, exist_ok=True)
     for remote in missing:
       os.replace(staging / 'files' / remote.name, folder / remote.name)
@@ -277,3 +321,41 @@ def _unpack(
   os.replace(unpacked, target)
   logging.info('%s unpacked into %s', source.dataset, target)
   return target
+
+
+def _decompress(
+  source: Source,
+  staging: pathlib.Path,
+  folder: pathlib.Path,
+  tried: Sequence[str],
+) -> pathlib.Path:
+  """Decompresses the source's `.lzma` file, checks it, moves it in place."""
+  (remote,) = source.files
+  out = staging / source.unlzma.name
+  logging.info(
+    'Decompressing %s to %s (%s)',
+    remote.name,
+    source.unlzma.name,
+    _megabytes(source.unlzma.size),
+  )
+  digest = hashlib.sha256()
+  decompressor = lzma.LZMADecompressor()
+  with open(staging / 'files' / remote.name, 'rb') as f, open(out, 'wb') as o:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      data = decompressor.decompress(block)
+      digest.update(data)
+      o.write(data)
+  if digest.hexdigest() != source.unlzma.sha256:
+    raise DownloadError(
+      _line(
+        f'{source.dataset}: {remote.name} decompresses to a '
+        f'{source.unlzma.name} that fails its sha256 check (got '
+        f'{digest.hexdigest()}, pinned {source.unlzma.sha256}): not cached.'
+        + _by_hand(source, tried)
+      ),
+      tried=tuple(tried),
+    )
+  folder.mkdir(parents=True, exist_ok=True)
+  os.replace(out, folder / source.unlzma.name)
+  logging.info('%s cached in %s', source.dataset, folder)
+  return folder / source.unlzma.name

@@ -1,22 +1,29 @@
 """Federated EMNIST by writer (Cheng et al. 2022, Zhang et al. 2022).
 
-Sources, in order:
-  1. TFF's own federated EMNIST, `emnist_all.sqlite` (what
-     `tff.simulation.datasets.emnist.load_data` caches: 3,383 writers), in the
-     data directory or `~/.keras/datasets`;
-  2. `emnist_federated.npz` in the data directory: LEAF FEMNIST, 300 writers
-     (a documented subset, see the data README);
-  3. for split='dominant_classes' only, a prepared TFDS EMNIST (see
-     `tfds_data`): `emnist/byclass` (62 classes), or with only_digits
-     `emnist/digits`, else the digits of `emnist/byclass`. TFDS's EMNIST has
-     no writer ids, so it cannot give the default split='writers' (one
-     client per writer): that split raises `DataNotFoundError` saying so.
+Which data is an explicit option of the task, `source` (never a consequence
+of which file happens to be found), recorded in the task's description:
+  * 'leaf_300' (the default, and what every committed result ran):
+    `emnist_federated.npz` in the data directory, a documented 300-writer
+    subset of LEAF FEMNIST (see the data README). It is not published
+    anywhere to download: place it by hand.
+  * 'tff': TFF's own federated EMNIST, `emnist_all.sqlite` (what
+    `tff.simulation.datasets.emnist.load_data` reads: 3,400 writers), from
+    the data directory, TFF's cache `~/.tff` or the Keras cache. When none
+    holds it, `emnist_all.sqlite.lzma` (170.5 MB) is downloaded from TFF's
+    public bucket into `~/.tff`, where TFF itself caches it, checked against
+    its pinned SHA-256 and decompressed (4.7 GB, checked again; see
+    `download`).
+  * 'tfds': a prepared TFDS EMNIST (see `tfds_data`), for
+    split='dominant_classes' only: `emnist/byclass` (62 classes), or with
+    only_digits `emnist/digits`, else the digits of `emnist/byclass`.
+    TFDS's EMNIST has no writer ids, so it cannot give split='writers'.
 Images are stored uint8 with ink = 255 and background = 0 (MNIST style); the
 first two sources store ink dark on white, so they are inverted once at load
 time.
 Labels: 0-9 digits, 10-35 'A'-'Z', 36-61 'a'-'z' (62 classes), or digits only.
 """
 
+import pathlib
 import sqlite3
 from typing import Optional
 
@@ -25,22 +32,53 @@ import tensorflow as tf
 
 from tff_dp.tasks import client_data as client_data_lib
 from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import partition
 from tff_dp.tasks import task as task_lib
 from tff_dp.tasks import tfds_data
 
-_SOURCE = (
-  'Federated EMNIST comes from TFF (tff.simulation.datasets.emnist.'
-  'load_data caches emnist_all.sqlite in ~/.keras/datasets) or as LEAF '
-  'FEMNIST in emnist_federated.npz (keys x_train, y_train, '
-  'client_train, x_test, y_test, client_test, writer_ids).'
+SOURCES = ('leaf_300', 'tff', 'tfds')
+
+_LEAF_SOURCE = (
+  "EMNIST source='leaf_300' is emnist_federated.npz (keys x_train, "
+  'y_train, client_train, x_test, y_test, client_test, writer_ids): a '
+  '300-writer subset of LEAF FEMNIST built for this project (the data '
+  "README gives its provenance); it is not downloadable. source='tff' "
+  "downloads TFF's federated EMNIST (3,400 writers) instead."
+)
+_TFF_SOURCE = (
+  "EMNIST source='tff' is TFF's emnist_all.sqlite "
+  '(tff.simulation.datasets.emnist.load_data caches it in ~/.tff).'
 )
 _TFDS_SOURCE = (
-  "For split='dominant_classes', a prepared TFDS emnist (digits or byclass; "
+  "EMNIST source='tfds' is a prepared TFDS emnist (digits or byclass; "
   "tfds.builder('emnist/digits').download_and_prepare(), in "
-  '~/tensorflow_datasets or $TFDS_DATA_DIR) also serves.'
+  '~/tensorflow_datasets or $TFDS_DATA_DIR).'
+)
+# What tff.simulation.datasets.emnist.load_data() fetches. TFF publishes no
+# digest: the SHA-256s and sizes are of the file as served (the same values
+# recorded independently in two public dataset manifests).
+REMOTE = download.Source(
+  dataset='TFF federated EMNIST',
+  files=(
+    download.RemoteFile(
+      'emnist_all.sqlite.lzma',
+      'https://storage.googleapis.com/tff-datasets-public/'
+      'emnist_all.sqlite.lzma',
+      'c3aaf91b4cf4e69d53d81627ad119eccdc878ff906f68e66063ff10f67faad48',
+      'sha256',
+      170507172,
+    ),
+  ),
+  folder='',
+  unlzma=download.Unpacked(
+    'emnist_all.sqlite',
+    '239b48fb3b3d69e70406d18a0605c821d4db3c803443c64788736bcb9f79ac56',
+    4708990976,
+  ),
+  root='tff',
 )
 
 
@@ -67,23 +105,13 @@ def _load_sqlite(path, split: str):
   return x, y, ids
 
 
-def _load_tfds(data_dir, only_digits: bool, need_writers: bool, tried):
+def _load_tfds(data_dir, only_digits: bool):
   """The TFDS source (writers None), else the error naming every path tried."""
   configs = ('digits', 'byclass') if only_digits else ('byclass',)
-  if need_writers:
-    note = tfds_data.EMNIST_NO_WRITERS
-    for config in configs:
-      path, _ = tfds_data.find_prepared('emnist', data_dir, config)
-      if path is not None:
-        note += f' (A prepared TFDS emnist/{config} is at {path}.)'
-        break
-    raise data_dir_lib.not_found(tried, _SOURCE, note=note)
   try:
     splits, source = tfds_data.emnist_arrays(data_dir, configs)
   except data_dir_lib.DataNotFoundError as tfds_error:
-    raise data_dir_lib.not_found(
-      tried + list(tfds_error.tried), f'{_SOURCE} {_TFDS_SOURCE}'
-    ) from None
+    raise data_dir_lib.not_found(tfds_error.tried, _TFDS_SOURCE) from None
   (x_tr, y_tr), (x_te, y_te) = splits['train'], splits['test']
   if only_digits:  # byclass: keep the digits (emnist/digits has only them).
     x_tr, y_tr = x_tr[y_tr < 10], y_tr[y_tr < 10]
@@ -91,60 +119,63 @@ def _load_tfds(data_dir, only_digits: bool, need_writers: bool, tried):
   return x_tr, y_tr, None, x_te, y_te, None, source
 
 
+def _tff_sqlite(data_dir) -> pathlib.Path:
+  """TFF's `emnist_all.sqlite`: found, else downloaded (`REMOTE`)."""
+  try:
+    return data_dir_lib.find_file(
+      data_dir,
+      ['emnist_all.sqlite'],
+      source_hint=_TFF_SOURCE,
+      extra_dirs=(data_dir_lib.tff_cache_dir(), data_dir_lib.keras_cache_dir()),
+    )
+  except data_dir_lib.DataNotFoundError as error:
+    return download.fetch(REMOTE, error.tried)
+
+
 def load_emnist_arrays(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   only_digits: bool = False,
   *,
-  need_writers: bool = True,
+  source: str = 'leaf_300',
 ):
   """Returns `(x_tr, y_tr, writer_tr, x_te, y_te, writer_te, source)`.
 
   Images are uint8, ink high. `writer_*` are string writer ids, or None
-  from TFDS EMNIST, which is read only when `need_writers` is False.
+  from source='tfds'. The last item names the source read.
 
   Raises:
-    DataNotFoundError: If no source is found; with `need_writers`, the
-      message says why TFDS EMNIST cannot serve.
+    DataNotFoundError: If the source's files are neither found nor fetched.
+    ValueError: If `source` is not one of `SOURCES`.
   """
-  tried = []
-  for name, extra_dirs in (
-    ('emnist_all.sqlite', (data_dir_lib.keras_cache_dir(),)),
-    ('emnist_federated.npz', ()),
-  ):
-    try:
-      path = data_dir_lib.find_file(
-        data_dir, [name], source_hint=_SOURCE, extra_dirs=extra_dirs
-      )
-      break
-    except data_dir_lib.DataNotFoundError as error:
-      tried += error.tried
-  else:  # Neither: TFDS EMNIST, already MNIST style, or the error.
-    return _load_tfds(data_dir, only_digits, need_writers, tried)
-  data_dir_lib.record_read(
-    'TFF federated EMNIST (emnist_all.sqlite)'
-    if path.suffix == '.sqlite'
-    else 'LEAF FEMNIST (emnist_federated.npz)',
-    [path],
-  )
-  if path.suffix == '.sqlite':
+  if source not in SOURCES:
+    raise ValueError(f'source must be one of {SOURCES}. Found {source!r}.')
+  if source == 'tfds':
+    return _load_tfds(data_dir, only_digits)
+  if source == 'tff':
+    path = _tff_sqlite(data_dir)
+    data_dir_lib.record_read('TFF federated EMNIST (emnist_all.sqlite)', [path])
     prefix = 'digits_only' if only_digits else 'all'
     x_tr, y_tr, w_tr = _load_sqlite(path, f'{prefix}_train')
     x_te, y_te, w_te = _load_sqlite(path, f'{prefix}_test')
-    source = f'TFF federated EMNIST ({path.name})'
+    name = f'TFF federated EMNIST ({path.name})'
   else:
+    path = data_dir_lib.find_file(
+      data_dir, ['emnist_federated.npz'], source_hint=_LEAF_SOURCE
+    )
+    data_dir_lib.record_read('LEAF FEMNIST (emnist_federated.npz)', [path])
     with np.load(path) as d:
       writers = d['writer_ids']
       x_tr, y_tr = d['x_train'], d['y_train']
       w_tr = writers[d['client_train']]
       x_te, y_te = d['x_test'], d['y_test']
       w_te = writers[d['client_test']]
-    source = f'LEAF FEMNIST ({path.name})'
+    name = f'LEAF FEMNIST ({path.name})'
     if only_digits:
       keep_tr, keep_te = y_tr < 10, y_te < 10
       x_tr, y_tr, w_tr = x_tr[keep_tr], y_tr[keep_tr], w_tr[keep_tr]
       x_te, y_te, w_te = x_te[keep_te], y_te[keep_te], w_te[keep_te]
   # Ink dark on white -> MNIST style.
-  return (255 - x_tr, y_tr, w_tr, 255 - x_te, y_te, w_te, source)
+  return (255 - x_tr, y_tr, w_tr, 255 - x_te, y_te, w_te, name)
 
 
 SPLITS = ('writers', 'dominant_classes')
@@ -162,6 +193,7 @@ def load_emnist(
   partition_seed: int = 0,
   dominant_count: int = 230,
   other_count: int = 5,
+  source: str = 'leaf_300',
 ) -> task_lib.FederatedTask:
   """Federated EMNIST, one client per writer (or Zhang et al.'s label skew).
 
@@ -186,15 +218,18 @@ def load_emnist(
     partition_seed: Seed of the 'dominant_classes' split.
     dominant_count: Examples of each dominant class per client (230).
     other_count: Examples of each other class per client (5).
+    source: Which data: 'leaf_300' (300 LEAF FEMNIST writers, the default),
+      'tff' (TFF's federated EMNIST, 3,400 writers, downloaded when
+      missing) or 'tfds' (a prepared TFDS EMNIST, no writer ids:
+      split='dominant_classes' only). See the module docstring.
 
   Raises:
-    DataNotFoundError: If no source is found (a TFDS EMNIST serves
-      split='dominant_classes' only: it has no writer ids).
+    DataNotFoundError: If the source's files are neither found nor fetched.
     ValueError: On bad arguments.
   """
-  _check_emnist_args(max_clients, split, num_clients)
-  x_tr, y_tr, w_tr, x_te, y_te, _, source = load_emnist_arrays(
-    data_dir, only_digits, need_writers=(split == 'writers')
+  _check_emnist_args(max_clients, split, num_clients, source)
+  x_tr, y_tr, w_tr, x_te, y_te, _, source_name = load_emnist_arrays(
+    data_dir, only_digits, source=source
   )
   if split == 'writers':
     writers, parts = _writer_parts(w_tr, max_clients)
@@ -224,15 +259,24 @@ def load_emnist(
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=num_classes,
     description=(
-      f'{source}: {clients_words}, {num_classes} classes; model {model}'
+      f'{source_name}: {clients_words}, {num_classes} classes; model {model}'
     ),
     # One client per writer: the test examples are the writers' own.
     test_held_by_clients=(split == 'writers'),
   )
 
 
-def _check_emnist_args(max_clients, split: str, num_clients) -> None:
+def _check_emnist_args(
+  max_clients, split: str, num_clients, source: str
+) -> None:
   """`load_emnist`'s argument checks, before any data is read (ValueError)."""
+  if source not in SOURCES:
+    raise ValueError(f'source must be one of {SOURCES}. Found {source!r}.')
+  if source == 'tfds' and split != 'dominant_classes':
+    raise ValueError(
+      f"source='tfds' serves split='dominant_classes' only. Found "
+      f'split={split!r}. {tfds_data.EMNIST_NO_WRITERS}'
+    )
   if max_clients is not None and max_clients < 1:
     raise ValueError(
       f'max_clients must be None or >= 1. Found {max_clients!r}.'

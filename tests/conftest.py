@@ -1,6 +1,10 @@
-"""Test-wide setup: quiet TF logs, the real data, no leftover worker_binary."""
+"""Test-wide setup: quiet TF logs, the real data, no leftover worker_binary,
+no download but from a local server."""
 
+import functools
+import http.server
 import os
+import threading
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The suite never downloads (tests/tasks/download_test.py allows it against
@@ -44,3 +48,23 @@ def shared_data_root():
 @pytest.fixture
 def shared_data_dir(shared_data_root):
   return shared_data_root
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+  def log_message(self, *args):  # pylint: disable=arguments-differ
+    pass
+
+
+@pytest.fixture
+def local_server(tmp_path):
+  """`(folder served, base URL)` of an HTTP server on 127.0.0.1 (the
+  download tests' stand-in for a dataset's public source)."""
+  root = tmp_path / 'served'
+  root.mkdir()
+  handler = functools.partial(_QuietHandler, directory=str(root))
+  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  thread.start()
+  yield root, f'http://127.0.0.1:{httpd.server_address[1]}/'
+  httpd.shutdown()
+  httpd.server_close()

@@ -1,20 +1,18 @@
 """Downloads against a local HTTP server on 127.0.0.1 (never the internet).
 
-The server serves tiny files in each source's own format (gzipped IDX for
-Fashion-MNIST, the pickled-batch tarball for CIFAR-10); the loaders' sources
-are pointed at it with the tiny files' digests.
+The server (`local_server`, tests/conftest.py) serves tiny files in each
+source's own format (gzipped IDX for Fashion-MNIST, the pickled-batch
+tarball for CIFAR-10; TFF's EMNIST SQLite in tests/tasks/emnist_test.py);
+the loaders' sources are pointed at it with the tiny files' digests.
 """
 
 import dataclasses
-import functools
 import gzip
 import hashlib
-import http.server
 import io
 import pickle
 import socket
 import tarfile
-import threading
 
 import numpy as np
 import pytest
@@ -24,25 +22,6 @@ from tff_dp.tasks import cifar10
 from tff_dp.tasks import data_dir
 from tff_dp.tasks import download
 from tff_dp.tasks import fashion_mnist
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-  def log_message(self, *args):  # pylint: disable=arguments-differ
-    pass
-
-
-@pytest.fixture
-def server(tmp_path):
-  """`(folder served, base URL)` of a server on 127.0.0.1."""
-  root = tmp_path / 'served'
-  root.mkdir()
-  handler = functools.partial(_QuietHandler, directory=str(root))
-  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-  thread.start()
-  yield root, f'http://127.0.0.1:{httpd.server_address[1]}/'
-  httpd.shutdown()
-  httpd.server_close()
 
 
 @pytest.fixture
@@ -106,9 +85,9 @@ def _cache_entries(isolated):
 
 
 def test_fashion_mnist_download_lands_in_the_cache_and_loads(
-  isolated, server, monkeypatch
+  isolated, local_server, monkeypatch
 ):
-  served, base = server
+  served, base = local_server
   expected = _fashion(served, base, monkeypatch)
   got = fashion_mnist.load_arrays(isolated / 'empty')
   for g, e in zip(got, expected):
@@ -136,9 +115,9 @@ def test_fashion_mnist_download_lands_in_the_cache_and_loads(
   ids=['truncated', 'corrupted'],
 )
 def test_a_bad_file_is_refused_by_its_checksum_and_nothing_is_cached(
-  isolated, server, monkeypatch, corrupt
+  isolated, local_server, monkeypatch, corrupt
 ):
-  served, base = server
+  served, base = local_server
   name = 'train-images-idx3-ubyte.gz'
   _fashion(served, base, monkeypatch, corrupt=(name, corrupt))
   with pytest.raises(download.DownloadError) as e:
@@ -199,9 +178,9 @@ def test_nodownload_and_the_environment_forbid_it(isolated, monkeypatch):
 
 
 def test_a_verified_file_in_the_cache_is_not_fetched_again(
-  isolated, server, monkeypatch
+  isolated, local_server, monkeypatch
 ):
-  served, base = server
+  served, base = local_server
   _fashion(served, base, monkeypatch)
   folder = isolated / 'keras' / 'fashion-mnist'
   folder.mkdir(parents=True)
@@ -216,9 +195,9 @@ def test_a_verified_file_in_the_cache_is_not_fetched_again(
 
 
 def test_cifar10_download_unpacks_the_batches_into_the_cache(
-  isolated, server, monkeypatch
+  isolated, local_server, monkeypatch
 ):
-  served, base = server
+  served, base = local_server
   rng = np.random.default_rng(1)
   buf = io.BytesIO()
   batches = {}

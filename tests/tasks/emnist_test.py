@@ -1,3 +1,6 @@
+import dataclasses
+import hashlib
+import lzma
 import sqlite3
 
 import numpy as np
@@ -5,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tff_dp.tasks import data_dir
+from tff_dp.tasks import download
 from tff_dp.tasks import emnist
 
 
@@ -80,8 +84,9 @@ def _write_tff_sqlite(path):
 
 def test_tff_sqlite_source(tmp_path, monkeypatch):
   monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  monkeypatch.setattr(data_dir, 'TFF_CACHE_DIR', tmp_path / 'tff')
   expected = _write_tff_sqlite(tmp_path / 'emnist_all.sqlite')
-  task = emnist.load_emnist(tmp_path)
+  task = emnist.load_emnist(tmp_path, source='tff')
   cd = task.train_data
   assert cd.client_ids == ['f0001_01', 'f0002_02']
   x, y = cd.client_arrays('f0002_02')
@@ -94,26 +99,39 @@ def test_tff_sqlite_source(tmp_path, monkeypatch):
   assert 'TFF federated EMNIST' in task.description
 
 
-def test_tffs_cache_is_read_first_and_the_task_says_so(tmp_path, monkeypatch):
-  # TFF's cache in ~/.keras/datasets is read before the data directory's
-  # LEAF file: the task's data_sources name the file actually read.
+@pytest.mark.parametrize('cache', ['tff', 'keras'])
+def test_the_writer_set_is_the_source_option_never_the_file_found(
+  tmp_path, monkeypatch, cache
+):
+  # TFF's file in a cache beside the data directory's LEAF file: the
+  # default source reads the LEAF file, source='tff' the cache, and the
+  # task's data_sources name the file actually read.
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
 
-  keras = tmp_path / 'keras'
-  keras.mkdir()
-  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', keras)
-  _write_tff_sqlite(keras / 'emnist_all.sqlite')
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  monkeypatch.setattr(data_dir, 'TFF_CACHE_DIR', tmp_path / 'tff')
+  (tmp_path / cache).mkdir()
+  _write_tff_sqlite(tmp_path / cache / 'emnist_all.sqlite')
   (tmp_path / 'data').mkdir()
-  (tmp_path / 'data' / 'emnist_federated.npz').write_bytes(b'not read')
-  task = tasks.load_task('emnist', data_dir=tmp_path / 'data')
+  (tmp_path / 'data' / 'emnist_federated.npz').write_bytes(b'not an npz')
+  with pytest.raises(ValueError, match='pickle|zip|not'):
+    tasks.load_task('emnist', data_dir=tmp_path / 'data')
+  task = tasks.load_task(
+    'emnist', data_dir=tmp_path / 'data', source='tff', download=False
+  )
   assert task.data_sources == (
     data_dir.DataSource(
       'TFF federated EMNIST (emnist_all.sqlite)',
-      (str((keras / 'emnist_all.sqlite').resolve()),),
+      (str((tmp_path / cache / 'emnist_all.sqlite').resolve()),),
     ),
   )
   # The loader called directly records nothing (no `recording()` around it).
-  assert emnist.load_emnist(tmp_path / 'data').data_sources == ()
+  assert emnist.load_emnist(tmp_path, source='tff').data_sources == ()
+
+
+def test_bad_source_is_named():
+  with pytest.raises(ValueError, match="Found 'leaf'"):
+    emnist.load_emnist('/nonexistent', source='leaf')
 
 
 def test_seed003_dominant_classes_split_real(shared_data_dir):
@@ -142,3 +160,77 @@ def test_seed003_dominant_classes_split_real(shared_data_dir):
     )
   with pytest.raises(ValueError, match='num_clients is for split'):
     emnist.load_emnist(shared_data_dir, only_digits=True, num_clients=5)
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+  """No local copy anywhere, downloads allowed, TFF's cache in tmp."""
+  monkeypatch.setattr(data_dir, 'KERAS_CACHE_DIR', tmp_path / 'keras')
+  monkeypatch.setattr(data_dir, 'TFF_CACHE_DIR', tmp_path / 'tff')
+  monkeypatch.delenv(download.NO_DOWNLOAD_ENV, raising=False)
+  monkeypatch.setenv('no_proxy', '127.0.0.1,localhost')
+  (tmp_path / 'empty').mkdir()
+  return tmp_path
+
+
+def _serve_tff_emnist(served, base, monkeypatch, unpacked_sha256=None):
+  """Serves a tiny `emnist_all.sqlite.lzma`; returns the sqlite's bytes."""
+  sqlite_path = served / 'build.sqlite'
+  _write_tff_sqlite(sqlite_path)
+  raw = sqlite_path.read_bytes()
+  sqlite_path.unlink()
+  packed = lzma.compress(raw)
+  (served / 'emnist_all.sqlite.lzma').write_bytes(packed)
+  (remote,) = emnist.REMOTE.files
+  monkeypatch.setattr(
+    emnist,
+    'REMOTE',
+    dataclasses.replace(
+      emnist.REMOTE,
+      files=(
+        dataclasses.replace(
+          remote,
+          url=base + remote.name,
+          digest=hashlib.sha256(packed).hexdigest(),
+          size=len(packed),
+        ),
+      ),
+      unlzma=download.Unpacked(
+        'emnist_all.sqlite',
+        unpacked_sha256 or hashlib.sha256(raw).hexdigest(),
+        len(raw),
+      ),
+    ),
+  )
+  return raw
+
+
+def test_tff_emnist_download_decompresses_into_tffs_cache(
+  isolated, local_server, monkeypatch
+):
+  served, base = local_server
+  raw = _serve_tff_emnist(served, base, monkeypatch)
+  task = emnist.load_emnist(isolated / 'empty', source='tff')
+  assert task.train_data.client_ids == ['f0001_01', 'f0002_02']
+  # Where tff.simulation.datasets.emnist.load_data() looks; the archive is
+  # not kept, nor any staging folder.
+  assert sorted(p.name for p in (isolated / 'tff').iterdir()) == [
+    'emnist_all.sqlite'
+  ]
+  assert (isolated / 'tff' / 'emnist_all.sqlite').read_bytes() == raw
+
+
+def test_tff_emnist_that_decompresses_wrong_is_not_cached(
+  isolated, local_server, monkeypatch
+):
+  served, base = local_server
+  _serve_tff_emnist(served, base, monkeypatch, unpacked_sha256='0' * 64)
+  with pytest.raises(download.DownloadError) as e:
+    emnist.load_emnist(isolated / 'empty', source='tff')
+  message = str(e.value)
+  assert '\n' not in message
+  assert (
+    'TFF federated EMNIST: emnist_all.sqlite.lzma decompresses to a '
+    'emnist_all.sqlite that fails its sha256 check' in message
+  )
+  assert list((isolated / 'tff').iterdir()) == []

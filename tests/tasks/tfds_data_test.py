@@ -307,16 +307,20 @@ def test_absence_names_every_place_tried(isolated, load, files):
 
 
 def test_federated_emnist_writers_cannot_come_from_tfds(tfds_home):
-  with pytest.raises(data_dir.DataNotFoundError) as info:
-    emnist.load_emnist(tfds_home / 'empty')
+  # The writer split needs writer ids: refused before any data is read.
+  with pytest.raises(ValueError) as info:
+    emnist.load_emnist(tfds_home / 'empty', source='tfds')
   message = str(info.value)
   assert 'no writer ids' in message
-  assert str(tfds_home / 'empty' / 'emnist_federated.npz') in message
-  assert str(tfds_home / 'keras' / 'emnist_all.sqlite') in message
-  # The copy that was found, and what it can serve.
-  path = tfds_data.find_prepared('emnist', tfds_home / 'empty', 'byclass')[0]
-  assert f'emnist/byclass is at {path}' in message
-  assert "split='dominant_classes'" in message
+  assert "source='tfds' serves split='dominant_classes' only" in message
+  # The default source is the LEAF file only: a prepared TFDS copy beside
+  # it is never read instead.
+  with pytest.raises(data_dir.DataNotFoundError) as info:
+    emnist.load_emnist(tfds_home / 'empty')
+  assert str(info.value).startswith(
+    f'Dataset file not found. Tried: {tfds_home / "empty"}'
+    '/emnist_federated.npz.'
+  )
 
 
 def test_emnist_dominant_classes_from_tfds_digits(tfds_home, stores):
@@ -329,6 +333,7 @@ def test_emnist_dominant_classes_from_tfds_digits(tfds_home, stores):
     dominant_count=2,
     other_count=1,
     model='mlp',
+    source='tfds',
   )
   x_tr, y_tr = stores.emnist_digits['train']
   x_te, y_te = stores.emnist_digits['test']
@@ -349,14 +354,14 @@ def test_emnist_dominant_classes_from_tfds_digits(tfds_home, stores):
 def test_emnist_from_tfds_byclass(tfds_home, stores):
   # Only emnist/byclass prepared: 62 classes, or its digits.
   x_all, y_all, w_tr, x_te, y_te, w_te, source = emnist.load_emnist_arrays(
-    tfds_home / 'empty', need_writers=False
+    tfds_home / 'empty', source='tfds'
   )
   assert w_tr is None and w_te is None and 'emnist/byclass' in source
   assert x_all.dtype == np.uint8 and y_all.dtype == np.uint8
   assert _as_set(x_all, y_all) == _as_set(*stores.emnist_byclass['train'])
   assert _as_set(x_te, y_te) == _as_set(*stores.emnist_byclass['test'])
   x, y, _, _, _, _, _ = emnist.load_emnist_arrays(
-    tfds_home / 'empty', only_digits=True, need_writers=False
+    tfds_home / 'empty', only_digits=True, source='tfds'
   )
   bx, by = stores.emnist_byclass['train']
   assert _as_set(x, y) == _as_set(bx[by < 10], by[by < 10])
@@ -367,23 +372,24 @@ def test_emnist_from_tfds_byclass(tfds_home, stores):
     dominant_count=1,
     other_count=0,
     model='mlp',
+    source='tfds',
   )
   assert task.num_classes == 62 and len(task.train_data.client_ids) == 2
 
 
-def test_emnist_absence_says_tfds_cannot_give_writers(isolated):
-  with pytest.raises(data_dir.DataNotFoundError, match='no writer ids'):
-    emnist.load_emnist(isolated / 'empty')
+def test_emnist_tfds_absence_names_every_folder_tried(isolated):
   with pytest.raises(data_dir.DataNotFoundError) as info:
     emnist.load_emnist(
       isolated / 'empty',
       only_digits=True,
       split='dominant_classes',
       num_clients=2,
+      source='tfds',
     )
   message = str(info.value)
   for config in ('digits', 'byclass'):
     assert str(isolated / 'no_tfds' / 'emnist' / config) in message
+  assert "source='tfds'" in message
 
 
 def _fashion_task():
