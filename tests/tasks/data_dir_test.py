@@ -22,7 +22,7 @@ def test_env_then_argument(monkeypatch, tmp_path):
   'name, missing, source',
   [
     ('fashion_mnist_iid', 'fashion_mnist.npz', 'Fashion-MNIST'),
-    ('emnist', 'emnist_federated.npz', 'Federated EMNIST'),
+    ('emnist', 'emnist_federated.npz', 'LEAF FEMNIST'),
     ('cifar10_dirichlet', 'cifar10_jpeg.npz', 'CIFAR-10'),
     ('physionet2012', 'physionet2012_patients.csv', 'PhysioNet'),
     ('heart_disease', 'heart_disease_4sites.csv', 'UCI Heart Disease'),
