@@ -91,8 +91,9 @@ class Source:
     unlzma: If set, the file the (single) `.lzma` file decompresses to,
       put in `folder` instead of the archive after its own check, as
       TFF's `download.get_compressed_file` leaves it.
-    root: The cache: 'keras' (`$KERAS_HOME/datasets`) or 'tff' (`~/.tff`,
-      where `tff.simulation.datasets` caches).
+    root: The cache: 'keras' (`$KERAS_HOME/datasets`), 'tff' (`~/.tff`,
+      where `tff.simulation.datasets` caches) or, for sources no library
+      fetches, 'tff_dp' (`$TFF_DP_CACHE_DIR`, default `~/.cache/tff_dp`).
   """
 
   dataset: str
@@ -134,6 +135,8 @@ class Unpacked:
 _ROOTS = {
   'keras': data_dir_lib.keras_cache_dir,
   'tff': data_dir_lib.tff_cache_dir,
+  # Sources no library caches: ours (`$TFF_DP_CACHE_DIR`).
+  'tff_dp': data_dir_lib.resolve_cache_dir,
 }
 
 
@@ -359,3 +362,38 @@ def _decompress(
   os.replace(out, folder / source.unlzma.name)
   logging.info('%s cached in %s', source.dataset, folder)
   return folder / source.unlzma.name
+
+
+def write_derived(
+  path: pathlib.Path,
+  data: bytes,
+  sha256: Optional[str],
+  dataset: str,
+  made_from: str,
+) -> pathlib.Path:
+  """Writes a file built from downloaded ones, atomically, if it has `sha256`.
+
+  The loaders that convert a source's own files into the form they read
+  (e.g. UCI's four heart-disease files into one CSV) pin the result's
+  digest: a conversion that does not give exactly the pinned file is
+  refused, and nothing is written.
+
+  Raises:
+    DownloadError: If `data` does not have the pinned digest.
+  """
+  got = hashlib.sha256(data).hexdigest()
+  if sha256 is not None and got != sha256:
+    raise DownloadError(
+      _line(
+        f'{dataset}: {path.name} built from {made_from} has SHA-256 {got}, '
+        f'not the pinned {sha256}: not cached.'
+      )
+    )
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.NamedTemporaryFile(
+    'wb', dir=path.parent, delete=False, prefix=f'.{path.name}.'
+  ) as f:
+    f.write(data)
+  os.replace(f.name, path)
+  logging.info('%s: %s written from %s', dataset, path, made_from)
+  return path

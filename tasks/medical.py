@@ -35,6 +35,7 @@ import pandas as pd
 
 from tff_dp.tasks import client_data as client_data_lib
 from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics as metrics_lib
 from tff_dp.tasks import models
 from tff_dp.tasks import task as task_lib
@@ -53,6 +54,59 @@ _HEART_SOURCE = (
   'as heart_disease_4sites.csv with a site column.'
 )
 _AGGS = ('mean', 'min', 'max', 'last', 'log_count')
+
+HEART_SITES = ('cleveland', 'hungarian', 'switzerland', 'va')
+HEART_COLUMNS = (
+  'age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,slope,ca,thal,'
+  'num'
+).split(',')
+_UCI_HEART = (
+  'https://archive.ics.uci.edu/ml/machine-learning-databases/heart-disease/'
+)
+# UCI publishes no digest: these SHA-256s are of the four files at UCI's
+# canonical sizes (18,461, 10,263, 4,109 and 6,737 bytes), as copied
+# byte-identical in several public repositories (data README).
+HEART_REMOTE = download.Source(
+  dataset='UCI Heart Disease',
+  files=tuple(
+    download.RemoteFile(
+      f'processed.{site}.data',
+      f'{_UCI_HEART}processed.{site}.data',
+      digest,
+      'sha256',
+      size,
+    )
+    for site, digest, size in (
+      (
+        'cleveland',
+        'a74b7efa387bc9d108d7d0115d831fe9b414b29ae7124f331b622b4efa0427c8',
+        18461,
+      ),
+      (
+        'hungarian',
+        'd1ad108f785768cd3d7e82dc522e6f5a61eea93cccfb3a46ee8076f73fc3d796',
+        10263,
+      ),
+      (
+        'switzerland',
+        '834a405ccf5b66ab4056bb77794adc8df0b7125186454c0a1d002d33c6c3b314',
+        4109,
+      ),
+      (
+        'va',
+        'e7c93d8d0d2acdadfa4c5e8de768e2191e7f618b952e29623f1f0d5949ff6b8f',
+        6737,
+      ),
+    )
+  ),
+  folder='uci-heart-disease',
+  root='tff_dp',
+)
+# heart_disease_4sites.csv as `heart_csv` builds it from those four files:
+# byte for byte the data README's copy.
+HEART_CSV_SHA256 = (
+  '19ff3923402938926357935efa2dc94bdb2b574efb16498480f537bb87dff2f5'
+)
 
 
 def _stratified_split(
@@ -323,6 +377,50 @@ def load_physionet2012(
   )
 
 
+def heart_csv(folder) -> bytes:
+  """`heart_disease_4sites.csv` from UCI's four `processed.*.data` files.
+
+  Columns `site`, `site_id` (0-3, in `HEART_SITES` order), then
+  `HEART_COLUMNS`; values as in the source text, `?` (missing) empty.
+  """
+  lines = [','.join(['site', 'site_id'] + HEART_COLUMNS)]
+  for site_id, site in enumerate(HEART_SITES):
+    text = (folder / f'processed.{site}.data').read_text()
+    for line in text.splitlines():
+      if not line.strip():
+        continue
+      values = ['' if v == '?' else v for v in line.strip().split(',')]
+      if len(values) != len(HEART_COLUMNS):
+        raise ValueError(
+          f'processed.{site}.data: a row of {len(values)} values, expected '
+          f'{len(HEART_COLUMNS)}. Found {line!r}.'
+        )
+      lines.append(','.join([site, str(site_id)] + values))
+  return ''.join(line + '\n' for line in lines).encode()
+
+
+def _heart_csv_path(data_dir):
+  """The CSV: found (data directory, then our cache), else built from
+  UCI's files, downloaded when missing."""
+  cache = data_dir_lib.resolve_cache_dir()
+  try:
+    return data_dir_lib.find_file(
+      data_dir,
+      ['heart_disease_4sites.csv'],
+      source_hint=_HEART_SOURCE,
+      extra_dirs=(cache,),
+    )
+  except data_dir_lib.DataNotFoundError as error:
+    folder = download.fetch(HEART_REMOTE, error.tried)
+  return download.write_derived(
+    cache / 'heart_disease_4sites.csv',
+    heart_csv(folder),
+    HEART_CSV_SHA256,
+    HEART_REMOTE.dataset,
+    f'{", ".join(f.name for f in HEART_REMOTE.files)} in {folder}',
+  )
+
+
 def load_heart_disease(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   *,
@@ -341,9 +439,7 @@ def load_heart_disease(
   patients then belong to no client).
   """
   _check_common(clients_per_unit, test_fraction, server_batch_size)
-  path = data_dir_lib.find_file(
-    data_dir, ['heart_disease_4sites.csv'], source_hint=_HEART_SOURCE
-  )
+  path = _heart_csv_path(data_dir)
   data_dir_lib.record_read('UCI heart disease', [path])
   df = pd.read_csv(path)
   df.loc[df['chol'] == 0, 'chol'] = np.nan

@@ -141,3 +141,91 @@ def test_physionet_wide_mlp_from_a_task_option(shared_data_dir):
   task = medical.load_physionet2012(shared_data_dir, **options)
   dim = task.test_x.shape[1]
   assert task.num_parameters() == dim * 512 + 512 + 512 * 256 + 256 + 257
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+  """No local copy anywhere, downloads allowed, our cache in tmp."""
+  from tff_dp.tasks import data_dir  # pylint: disable=g-import-not-at-top
+  from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setenv(data_dir.CACHE_DIR_ENV, str(tmp_path / 'cache'))
+  monkeypatch.delenv(download.NO_DOWNLOAD_ENV, raising=False)
+  monkeypatch.setenv('no_proxy', '127.0.0.1,localhost')
+  (tmp_path / 'empty').mkdir()
+  return tmp_path
+
+
+def _serve_heart(served, base, monkeypatch, rows_per_site=12):
+  """Serves four tiny `processed.*.data` files in UCI's format."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import hashlib  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(3)
+  files = []
+  for remote, site in zip(medical.HEART_REMOTE.files, medical.HEART_SITES):
+    rows = []
+    for i in range(rows_per_site):
+      values = [str(int(v)) for v in rng.integers(1, 200, 13)]
+      values[4 if site == 'switzerland' else 11] = '?'
+      rows.append(','.join(values + [str(i % 3)]))
+    data = ('\n'.join(rows) + '\n').encode()
+    (served / remote.name).write_bytes(data)
+    files.append(
+      dataclasses.replace(
+        remote,
+        url=base + remote.name,
+        digest=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+      )
+    )
+  monkeypatch.setattr(
+    medical,
+    'HEART_REMOTE',
+    dataclasses.replace(medical.HEART_REMOTE, files=tuple(files)),
+  )
+
+
+def test_heart_disease_download_builds_the_csv_in_the_cache(
+  isolated, local_server, monkeypatch
+):
+  served, base = local_server
+  _serve_heart(served, base, monkeypatch)
+  first_row = (served / 'processed.hungarian.data').read_text().split('\n')[0]
+  monkeypatch.setattr(medical, 'HEART_CSV_SHA256', None)
+  task = medical.load_heart_disease(isolated / 'empty')
+  assert len(task.train_data.client_ids) == 4
+  assert int(task.train_data.client_sizes().sum()) + len(task.test_y) == 48
+  csv = (isolated / 'cache' / 'heart_disease_4sites.csv').read_text()
+  lines = csv.split('\n')
+  assert lines[0] == (
+    'site,site_id,age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,'
+    'oldpeak,slope,ca,thal,num'
+  )
+  # Values as in the source text, '?' empty, after the site columns.
+  assert lines[13] == 'hungarian,1,' + first_row.replace('?', '')
+  assert len(lines) == 1 + 48 + 1 and lines[-1] == ''
+  # The UCI files stay in our cache, beside the CSV built from them.
+  assert sorted(p.name for p in (isolated / 'cache').iterdir()) == [
+    'heart_disease_4sites.csv',
+    'uci-heart-disease',
+  ]
+
+
+def test_heart_csv_that_is_not_the_pinned_one_is_refused(
+  isolated, local_server, monkeypatch
+):
+  from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
+
+  served, base = local_server
+  _serve_heart(served, base, monkeypatch)
+  with pytest.raises(download.DownloadError) as e:
+    medical.load_heart_disease(isolated / 'empty')
+  message = str(e.value)
+  assert '\n' not in message
+  assert message.startswith(
+    'UCI Heart Disease: heart_disease_4sites.csv built from '
+    'processed.cleveland.data'
+  )
+  assert f'not the pinned {medical.HEART_CSV_SHA256}: not cached' in message
+  assert not (isolated / 'cache' / 'heart_disease_4sites.csv').exists()
