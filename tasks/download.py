@@ -59,14 +59,14 @@ class RemoteFile:
     url: Where it is published.
     digest: Its published checksum, hex.
     algorithm: 'md5' or 'sha256' (the one the source publishes).
-    size: Its size in bytes (for the messages).
+    size: Its size in bytes (for the messages), None if not published.
   """
 
   name: str
   url: str
   digest: str
   algorithm: str
-  size: int
+  size: Optional[int]
 
   def __post_init__(self):
     if self.algorithm not in ('md5', 'sha256'):
@@ -94,6 +94,9 @@ class Source:
     root: The cache: 'keras' (`$KERAS_HOME/datasets`), 'tff' (`~/.tff`,
       where `tff.simulation.datasets` caches) or, for sources no library
       fetches, 'tff_dp' (`$TFF_DP_CACHE_DIR`, default `~/.cache/tff_dp`).
+    sums_url: If set, the source's published `SHA256SUMS`-style file: each
+      file's digest is read from it at download time (its `digest` here is
+      then unused).
   """
 
   dataset: str
@@ -102,6 +105,7 @@ class Source:
   untar: Optional[str] = None
   unlzma: Optional['Unpacked'] = None
   root: str = 'keras'
+  sums_url: Optional[str] = None
 
   def __post_init__(self):
     if self.root not in _ROOTS:
@@ -115,8 +119,9 @@ class Source:
       )
 
   @property
-  def size(self) -> int:
-    return sum(f.size for f in self.files)
+  def size(self) -> Optional[int]:
+    sizes = [f.size for f in self.files]
+    return None if None in sizes else sum(sizes)
 
   @property
   def cache_root(self) -> pathlib.Path:
@@ -167,8 +172,8 @@ def allowed(value: Optional[bool]) -> Iterator[None]:
     _ALLOWED.reset(token)
 
 
-def _megabytes(size: int) -> str:
-  return f'{size / 1e6:.1f} MB'
+def _megabytes(size: Optional[int]) -> str:
+  return 'size not published' if size is None else f'{size / 1e6:.1f} MB'
 
 
 def _digest(path: pathlib.Path, algorithm: str) -> str:
@@ -209,9 +214,10 @@ def _line(text: str) -> str:
 
 
 def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
-  """Fetches `source` into the Keras cache; returns its cache folder.
+  """Fetches `source` into its cache; returns its cache folder.
 
-  Files already in the cache that pass their check are kept; the others are
+  Files already in the cache that pass their check are kept (and need no
+  download, so they serve offline and under `--nodownload`); the others are
   fetched, checked and moved into place.
 
   Args:
@@ -228,67 +234,42 @@ def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
   """
   cache = source.cache_root
   target = cache / (source.untar or source.folder)
-  total = _megabytes(source.size)
+  folder = cache / source.folder
+  if _in_cache(source, folder):
+    return folder
   if not is_allowed():
     raise DownloadError(
       _line(
         f'{source.dataset} is not on this machine and downloads are off '
-        f'(--nodownload or {NO_DOWNLOAD_ENV}); it would fetch {total}.'
-        + _by_hand(source, tried)
+        f'(--nodownload or {NO_DOWNLOAD_ENV}); it would fetch '
+        f'{_megabytes(source.size)}.' + _by_hand(source, tried)
       ),
       tried=tuple(tried),
     )
-  folder = cache / source.folder
-  if source.untar is None and source.unlzma is None:
-    missing = [f for f in source.files if not _verified(folder / f.name, f)]
-    if not missing:
-      return folder
-  else:  # The archive is not kept: the loader asks only when unpacked is not.
-    missing = list(source.files)
   cache.mkdir(parents=True, exist_ok=True)
   staging = pathlib.Path(
     tempfile.mkdtemp(dir=cache, prefix=f'.{source.folder}.partial-')
   )
-  # Imported here: TensorFlow is slow to import and only a download needs it.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
   previous_timeout = socket.getdefaulttimeout()
   socket.setdefaulttimeout(TIMEOUT_SECONDS)
   try:
+    if source.sums_url is not None:
+      source = _with_published_sums(source, staging, tried)
+    if source.untar is None and source.unlzma is None:
+      missing = [f for f in source.files if not _verified(folder / f.name, f)]
+    else:  # The archive is not kept: asked for only when unpacked is not.
+      missing = list(source.files)
     for remote in missing:
-      logging.info(
-        'Downloading %s (%s) from %s',
-        remote.name,
-        _megabytes(remote.size),
-        remote.url,
-      )
-      try:
-        path = tf.keras.utils.get_file(
-          remote.name,
-          origin=remote.url,
-          cache_dir=str(staging),
-          cache_subdir='files',
-        )
-      except (Exception, KeyboardInterrupt) as e:  # pylint: disable=broad-except
-        if isinstance(e, KeyboardInterrupt):
-          raise
-        raise DownloadError(
-          _line(
-            f'{source.dataset}: could not download {remote.name} '
-            f'({_megabytes(remote.size)} of {total}) from {remote.url}: '
-            f'{_reason(e)}.' + _by_hand(source, tried)
-          ),
-          tried=tuple(tried),
-        ) from None
-      got = _digest(pathlib.Path(path), remote.algorithm)
+      path = _get(source, remote.name, remote.url, staging, tried)
+      got = _digest(path, remote.algorithm)
       if got != remote.digest:
         raise DownloadError(
           _line(
             f'{source.dataset}: the downloaded {remote.name} from '
             f'{remote.url} fails its {remote.algorithm} check (got {got}, '
-            f'published {remote.digest}; {pathlib.Path(path).stat().st_size} '
-            f'bytes of {remote.size}): a truncated or corrupted file, not '
-            'cached.' + _by_hand(source, tried)
+            f'published {remote.digest}; {path.stat().st_size} bytes of '
+            f'{_megabytes(remote.size)}): a truncated or corrupted file, '
+            'not cached.' + _by_hand(source, tried)
           ),
           tried=tuple(tried),
         )
@@ -304,6 +285,83 @@ def fetch(source: Source, tried: Sequence[str] = ()) -> pathlib.Path:
   finally:
     socket.setdefaulttimeout(previous_timeout)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _in_cache(source: Source, folder: pathlib.Path) -> bool:
+  """Whether `folder` holds the source's files already (placed by hand or
+  fetched before): each passing its pinned digest, or merely present for a
+  source whose digests are published in a sums file, which cannot be read
+  offline (its loader then pins what it builds from them)."""
+  if source.untar is not None or source.unlzma is not None:
+    return False  # Their loaders look for the unpacked result themselves.
+  if source.sums_url is not None:
+    return all((folder / f.name).is_file() for f in source.files)
+  return all(_verified(folder / f.name, f) for f in source.files)
+
+
+def _get(
+  source: Source,
+  name: str,
+  url: str,
+  staging: pathlib.Path,
+  tried: Sequence[str],
+) -> pathlib.Path:
+  """Downloads `url` into `staging/files/name` with Keras's `get_file`."""
+  # Imported here: TensorFlow is slow to import and only a download needs it.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  size = next((f.size for f in source.files if f.name == name), None)
+  logging.info('Downloading %s (%s) from %s', name, _megabytes(size), url)
+  try:
+    return pathlib.Path(
+      tf.keras.utils.get_file(
+        name, origin=url, cache_dir=str(staging), cache_subdir='files'
+      )
+    )
+  except Exception as e:  # pylint: disable=broad-except
+    raise DownloadError(
+      _line(
+        f'{source.dataset}: could not download {name} ({_megabytes(size)} '
+        f'of {_megabytes(source.size)}) from {url}: {_reason(e)}.'
+        + _by_hand(source, tried)
+      ),
+      tried=tuple(tried),
+    ) from None
+
+
+def _with_published_sums(
+  source: Source, staging: pathlib.Path, tried: Sequence[str]
+) -> Source:
+  """`source` with each file's SHA-256 from the source's own sums file
+  (`<sha256>  <name>` lines, as `sha256sum` writes and PhysioNet
+  publishes)."""
+  name = source.sums_url.rsplit('/', 1)[-1]
+  sums = {}
+  for line in (
+    _get(source, name, source.sums_url, staging, tried)
+    .read_text(errors='replace')
+    .splitlines()
+  ):
+    parts = line.split()
+    if len(parts) == 2:
+      sums[parts[1].lstrip('*')] = parts[0].lower()
+  unlisted = [f.name for f in source.files if f.name not in sums]
+  if unlisted:
+    raise DownloadError(
+      _line(
+        f'{source.dataset}: {source.sums_url} lists no SHA-256 for '
+        f'{", ".join(unlisted)}; nothing downloaded.' + _by_hand(source, tried)
+      ),
+      tried=tuple(tried),
+    )
+  return dataclasses.replace(
+    source,
+    files=tuple(
+      dataclasses.replace(f, digest=sums[f.name], algorithm='sha256')
+      for f in source.files
+    ),
+    sums_url=None,
+  )
 
 
 def _unpack(

@@ -229,3 +229,138 @@ def test_heart_csv_that_is_not_the_pinned_one_is_refused(
   )
   assert f'not the pinned {medical.HEART_CSV_SHA256}: not cached' in message
   assert not (isolated / 'cache' / 'heart_disease_4sites.csv').exists()
+
+
+def _serve_physionet(served, base, monkeypatch, sums=None):
+  """Serves tiny sets A and B in the challenge's format, with a
+  SHA256SUMS.txt (`sums` edits its digests by file name)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import hashlib  # pylint: disable=g-import-not-at-top
+  import io  # pylint: disable=g-import-not-at-top
+  import tarfile  # pylint: disable=g-import-not-at-top
+
+  record = 1000
+  for set_name in ('a', 'b'):
+    outcomes = [
+      'RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death'
+    ]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w:gz') as tar:
+      for i in range(3):
+        record += 1
+        text = (
+          'Time,Parameter,Value\n'
+          f'00:00,RecordID,{record}\n00:00,Age,{50 + i}\n00:00,Gender,1\n'
+          f'00:00,ICUType,{1 + i}\n00:00,Weight,80.5\n'
+          '00:07,HR,73\n00:07,Weight,81\n01:30,pH,7.35\n'
+        )
+        data = text.encode()
+        info = tarfile.TarInfo(f'set-{set_name}/{record}.txt')
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        outcomes.append(f'{record},6,1,5,-1,{i % 2}')
+    (served / f'set-{set_name}.tar.gz').write_bytes(buf.getvalue())
+    (served / f'Outcomes-{set_name}.txt').write_text('\n'.join(outcomes) + '\n')
+  lines = []
+  for f in medical.PHYSIONET_REMOTE.files:
+    digest = hashlib.sha256((served / f.name).read_bytes()).hexdigest()
+    if sums is not None:
+      digest = sums(f.name, digest)
+    if digest is not None:
+      lines.append(f'{digest} {f.name}')
+  (served / 'SHA256SUMS.txt').write_text('\n'.join(lines) + '\n')
+  monkeypatch.setattr(
+    medical,
+    'PHYSIONET_REMOTE',
+    dataclasses.replace(
+      medical.PHYSIONET_REMOTE,
+      files=tuple(
+        dataclasses.replace(f, url=base + f.name)
+        for f in medical.PHYSIONET_REMOTE.files
+      ),
+      sums_url=base + 'SHA256SUMS.txt',
+    ),
+  )
+
+
+def test_physionet_download_checks_the_published_sums_and_builds_the_files(
+  isolated, local_server, monkeypatch
+):
+  served, base = local_server
+  _serve_physionet(served, base, monkeypatch)
+  monkeypatch.setattr(medical, 'PHYSIONET_PATIENTS_SHA256', None)
+  monkeypatch.setattr(medical, 'PHYSIONET_SERIES_SHA256', None)
+  features, patients = medical.physionet_features(isolated / 'empty')
+  assert patients.index.tolist() == [1001, 1002, 1003, 1004, 1005, 1006]
+  cache = isolated / 'cache'
+  csv = (cache / 'physionet2012_patients.csv').read_text().split('\n')
+  # Static descriptors from the first 00:00 lines (Height absent: -1), the
+  # outcomes as written.
+  assert (
+    csv[2] == '1002,a,51,1,-1,2,Cardiac Surgery Recovery Unit,80.5,6,1,5,-1,1'
+  )
+  assert csv[4].startswith('1004,b,50,')
+  with np.load(cache / 'physionet2012_timeseries.npz') as d:
+    assert d['param_names'].tolist() == ['HR', 'Weight', 'pH']
+    # Every other line, in file order: the later Weight stays a series.
+    assert d['record_id'][:3].tolist() == [1001] * 3
+    assert d['minute'][:3].tolist() == [7, 7, 90]
+    assert d['param'][:3].tolist() == [0, 1, 2]
+    assert d['value'][:3].tolist() == [73.0, 81.0, 7.35]
+  assert len(features) == 6
+  # The challenge files stay in our cache; the sums file does not.
+  assert sorted(
+    p.name for p in (cache / 'physionet-challenge-2012').iterdir()
+  ) == sorted(f.name for f in medical.PHYSIONET_REMOTE.files)
+
+
+@pytest.mark.parametrize(
+  'sums, words',
+  [
+    (
+      lambda name, d: '0' * 64 if name == 'set-b.tar.gz' else d,
+      'the downloaded set-b.tar.gz from',
+    ),
+    (
+      lambda name, d: None if name == 'Outcomes-a.txt' else d,
+      'lists no SHA-256 for Outcomes-a.txt; nothing downloaded',
+    ),
+  ],
+  ids=['digest_differs', 'not_listed'],
+)
+def test_physionet_file_not_matching_its_published_sum_is_refused(
+  isolated, local_server, monkeypatch, sums, words
+):
+  from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
+
+  served, base = local_server
+  _serve_physionet(served, base, monkeypatch, sums=sums)
+  with pytest.raises(download.DownloadError) as e:
+    medical.physionet_features(isolated / 'empty')
+  assert '\n' not in str(e.value)
+  assert words in str(e.value)
+  assert sorted(p.name for p in (isolated / 'cache').iterdir()) == []
+
+
+def test_uci_files_placed_by_hand_serve_with_downloads_off(
+  isolated, local_server, monkeypatch
+):
+  from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
+
+  served, base = local_server
+  _serve_heart(served, base, monkeypatch)
+  folder = isolated / 'cache' / 'uci-heart-disease'
+  folder.mkdir(parents=True)
+  for f in medical.HEART_REMOTE.files:
+    (folder / f.name).write_bytes((served / f.name).read_bytes())
+    (served / f.name).unlink()
+  monkeypatch.setenv(download.NO_DOWNLOAD_ENV, '1')
+  monkeypatch.setattr(medical, 'HEART_CSV_SHA256', None)
+  task = medical.load_heart_disease(isolated / 'empty')
+  assert len(task.train_data.client_ids) == 4
+  # A file that fails its digest is not used: downloads are off, so it is
+  # refused, naming the dataset.
+  (isolated / 'cache' / 'heart_disease_4sites.csv').unlink()
+  (folder / 'processed.va.data').write_text('1,2\n')
+  with pytest.raises(download.DownloadError, match='UCI Heart Disease is not'):
+    medical.load_heart_disease(isolated / 'empty')
