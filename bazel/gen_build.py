@@ -78,6 +78,12 @@ _TEST_DATA = {
   ],
   'tests/docs_test.py': _DOC_EXAMPLES,
   'tests/bazel_summary_test.py': ['//bazel:summary.py'],
+  'tests/packaging_test.py': [
+    '//:CHANGELOG.md',
+    '//:CITATION.cff',
+    '//:LICENSE',
+    '//:setup.py',
+  ],
   # Every BUILD file and every Python file the generator reads.
   'tests/bazel_build_test.py': _DOC_EXAMPLES
   + ['//bazel:gen_build.py']

@@ -3,4 +3,6 @@ compressed communication, as TensorFlow Federated components."""
 
 from tff_dp import processes  # noqa: F401  (registers the atexit cleanup)
 
-__version__ = '0.1.0'
+# The one place the version is stated: setup.py reads this line, and
+# CITATION.cff and CHANGELOG.md's newest entry agree with it (tested).
+__version__ = '0.2.0'

@@ -9,11 +9,17 @@ Example, DP-FedAvg on Fashion-MNIST at a target (1, 1e-4)-DP:
 
 Rerunning the same command after an interruption resumes from the last
 checkpoint in --root_output_dir (ledger included).
+
+A run refused for the user's error (a flag value out of its range, flags
+that do not go together, an output directory that holds a run with other
+flags, data not found) prints one line on stderr, `tff_dp.run: error:
+<message>`, and exits with status 2 (1 for data not found).
 """
 
 import os
 import sys
 import typing
+from typing import Optional
 
 
 def _method_from_argv(argv) -> str:
@@ -27,6 +33,21 @@ def _method_from_argv(argv) -> str:
 
 from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
 
+# The exit statuses of a refused run (`refusal`): argparse's for a usage
+# error, and 1 for data not found.
+USAGE_ERROR = 2
+DATA_ERROR = 1
+
+
+def _exit_with_error(status: int, message: str) -> None:
+  """Ends the process with `status` after one line on stderr."""
+  sys.stderr.write(f'tff_dp.run: error: {message}\n')
+  processes.exit_without_teardown(status)
+
+
+# TensorFlow's C++ INFO and WARNING lines (its CUDA and TensorRT probes,
+# CPU features) are off unless the user sets TF_CPP_MIN_LOG_LEVEL: set
+# before TensorFlow loads, and inherited by the processes the job starts.
 # TFF_DP_JEMALLOC=auto (or a path) runs this process on jemalloc
 # (`processes.rerun_under_jemalloc`; performance notes, "Memory over long
 # runs"):
@@ -36,17 +57,24 @@ from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
 # while this process has one thread.
 _GLIBC_MALLOC = {}
 if __name__ == '__main__':
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   try:
     processes.rerun_under_jemalloc()
     _GLIBC_MALLOC = processes.tune_glibc_malloc()
   except ValueError as e:
-    sys.exit(f'tff_dp.run: {e}')
+    _exit_with_error(USAGE_ERROR, str(e))
 
 # DDGauss needs protobuf's pure-Python backend (see
 # `tff_dp.aggregators.ddgauss.protobuf_supports_ddgauss`), which must be
 # chosen before TensorFlow imports protobuf: decided from argv, here.
 if _method_from_argv(sys.argv[1:]) == 'ddgauss':
   os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
+
+# TensorFlow's ERROR lines as it loads (`processes.TF_STARTUP_NOISE`) are
+# dropped; anything else it writes is kept.
+if __name__ == '__main__':
+  with processes.stderr_without(processes.TF_STARTUP_NOISE):
+    import tensorflow  # noqa: F401
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -55,6 +83,7 @@ from absl import logging  # noqa: E402
 from tff_dp import methods  # noqa: E402
 from tff_dp.methods import options as options_lib  # noqa: E402
 from tff_dp.methods import settings  # noqa: E402
+from tff_dp.tasks import data_dir  # noqa: E402
 from tff_dp import training  # noqa: E402
 
 
@@ -143,9 +172,50 @@ def probe_from_flags() -> training.ClipProbe:
   return training.ClipProbe(**{k: h.value for k, h in _PROBE.items()})
 
 
+def refusal(error: BaseException) -> Optional[tuple[int, str]]:
+  """The exit status and one-line message of a run refused for the user's
+  error, or None for any other exception (its traceback is shown).
+
+  The user's errors: a flag value out of its range, flags that do not go
+  together or an unexpected argument (`app.UsageError`), an output
+  directory that holds a run with other flags or released rounds no
+  checkpoint covers, or a noise seed registered for another configuration
+  (`training.ConfigError`); all USAGE_ERROR. Data neither found nor
+  fetched (`data_dir.DataNotFoundError`): DATA_ERROR.
+  """
+  if isinstance(error, data_dir.DataNotFoundError):
+    status = DATA_ERROR
+  elif isinstance(error, (app.UsageError, training.ConfigError)):
+    status = USAGE_ERROR
+  else:
+    return None
+  lines = (line.strip() for line in str(error).splitlines())
+  return status, ' '.join(line for line in lines if line)
+
+
+def final_line(summary: dict) -> str:
+  """The line printed at the end of a run: the final metrics, and epsilon
+  for a private run."""
+  final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
+  eps = ''
+  if summary['epsilon_rdp'] is not None:
+    eps = (
+      f"  epsilon {summary['epsilon_rdp']:.3f} (RDP) "
+      f"{summary['epsilon_pld']:.3f} (PLD) at delta {summary['delta']:g}"
+    )
+  return f'final: {final}{eps}'
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  try:
+    # The flags that go together are checked here too (the run checks
+    # them again), so that a refusal comes before the job logs anything.
+    config = config_from_flags().validate()
+    probe = probe_from_flags()
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   # SIGTERM (a scheduler, `timeout`, `kill`) stops the job like Ctrl-C:
   # atexit ends the TFF worker; the last checkpoint is kept.
   processes.exit_on_signals()
@@ -154,29 +224,21 @@ def main(argv):
     processes.loaded_jemalloc() or 'glibc malloc',
     ''.join(f' {k}={v}' for k, v in _GLIBC_MALLOC.items()),
   )
-  try:
-    config = config_from_flags()
-    probe = probe_from_flags()
-  except ValueError as e:
-    raise app.UsageError(str(e)) from e
-  try:
-    summary = training.run_experiment(config, clip_probe=probe)
-  except training.ConfigError as e:
-    raise app.UsageError(str(e)) from e
-  final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
-  eps = ''
-  if summary['epsilon_rdp'] is not None:
-    eps = (
-      f"  epsilon {summary['epsilon_rdp']:.3f} (RDP) "
-      f"{summary['epsilon_pld']:.3f} (PLD) at delta {summary['delta']:g}"
-    )
-  print(f'final: {final}{eps}')
+  print(final_line(training.run_experiment(config, clip_probe=probe)))
 
 
 def main_without_teardown(argv):
   """`main`, then the end of the process without the interpreter's
-  teardown (`processes.exit_without_teardown`) once it has succeeded."""
-  main(argv)
+  teardown (`processes.exit_without_teardown`): status 0 once it has
+  succeeded, or a refused run's (`refusal`) after its one line on stderr.
+  Any other exception is raised (its traceback is shown)."""
+  try:
+    main(argv)
+  except Exception as e:  # pylint: disable=broad-except
+    refused = refusal(e)
+    if refused is None:
+      raise
+    _exit_with_error(*refused)
   processes.exit_without_teardown(0)
 
 

@@ -64,7 +64,7 @@ def test_a_signalled_job_leaves_no_worker(tmp_path, signum, exit_code):
   try:
     deadline = time.time() + 300
     # Mid-training: a checkpoint is written and the worker is running.
-    while not (out / 'checkpoints' / 'round_2').exists():
+    while not (out / 'secret' / 'checkpoints' / 'round_2').exists():
       assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
       assert time.time() < deadline
       time.sleep(0.2)
@@ -83,7 +83,7 @@ def test_a_signalled_job_leaves_no_worker(tmp_path, signum, exit_code):
     if signum == signal.SIGTERM:
       assert b'Received SIGTERM: stopping' in proc.stderr.read()
     # The checkpoints written before the signal are intact.
-    assert (out / 'checkpoints').is_dir()
+    assert (out / 'secret' / 'checkpoints').is_dir()
   finally:
     if proc.poll() is None:
       os.killpg(proc.pid, signal.SIGKILL)
@@ -425,3 +425,48 @@ def test_tune_glibc_malloc_names_a_bad_setting(monkeypatch):
   monkeypatch.setenv(processes.GLIBC_MALLOC_ENV, 'small')
   with pytest.raises(ValueError, match="TFF_DP_GLIBC_MALLOC='small' is not"):
     processes.tune_glibc_malloc()
+
+
+# TensorFlow's three start-up ERROR lines, as it writes them, between two
+# lines that are kept.
+_NOISY = (
+  b'kept 1\n'
+  + b''.join(
+    b'2026-12-04 20:15:37.151457: E tensorflow/compiler/xla/stream_executor/'
+    b'cuda/cuda_dnn.cc:9342] ' + marker + b': Attempting to register factory '
+    b'for plugin cuDNN when one has already been registered\n'
+    for marker in processes.TF_STARTUP_NOISE
+  )
+  + b'kept 2\n'
+)
+
+
+def test_stderr_without_drops_only_the_noise(capfd):
+  with processes.stderr_without():
+    os.write(2, _NOISY)
+    assert capfd.readouterr().err == ''  # Held until the block ends.
+  assert capfd.readouterr().err == 'kept 1\nkept 2\n'
+
+
+def test_stderr_without_keeps_the_output_of_a_block_that_raises(capfd):
+  with pytest.raises(ImportError):
+    with processes.stderr_without():
+      os.write(2, b'why it failed\n')
+      raise ImportError('no module')
+  assert capfd.readouterr().err == 'why it failed\n'
+  os.write(2, b'after\n')  # Descriptor 2 is back.
+  assert capfd.readouterr().err == 'after\n'
+
+
+def test_a_childs_stderr_is_copied_without_the_noise(capfd):
+  write = f'import os; os.write(2, {_NOISY!r})'
+  child = processes.popen_dying_with_parent([sys.executable, '-c', write])
+  assert child.stderr is None  # The copying thread's pipe alone.
+  assert child.wait(timeout=60) == 0
+  processes._finish_stderr_copies()
+  assert capfd.readouterr().err == 'kept 1\nkept 2\n'
+  # A stderr the caller gives is the child's as given.
+  child = processes.popen_dying_with_parent(
+    [sys.executable, '-c', write], stderr=subprocess.PIPE
+  )
+  assert child.communicate(timeout=60)[1] == _NOISY

@@ -1,16 +1,23 @@
-"""The runner's flag parsing."""
+"""The runner's flag parsing, and its one-line refusals."""
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
+from absl import app
 from absl import flags
 from absl.testing import flagsaver
 import pytest
 
 from tff_dp import methods
+from tff_dp import noise_seeds
 from tff_dp import run
 from tff_dp import training
 from tff_dp.methods import options as options_lib
 from tff_dp.methods import settings
+from tff_dp.tasks import data_dir
 
 
 def test_parse_task_options():
@@ -187,3 +194,140 @@ def test_the_builders_params_derive_from_the_declared_settings():
     'noise_strategy',
     'options',
   }
+
+
+def _run_binary(args, **env):
+  """`python -m tff_dp.run ARGS` as a user runs it: TF_CPP_MIN_LOG_LEVEL
+  unset unless given."""
+  environ = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  return subprocess.run(
+    [sys.executable, '-m', 'tff_dp.run', *args],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**environ, **env},
+  )
+
+
+@pytest.mark.parametrize(
+  'args, message',
+  [
+    # A flag value out of its range (the config's own check).
+    (['--clip=-1'], 'clip must be a finite number > 0. Found -1.0.'),
+    # Flags that do not go together (`ExperimentConfig.validate`).
+    (
+      ['--task=heart_disease', '--method=dp_fedavg'],
+      "Method 'dp_fedavg' is private: set --noise_multiplier (>= 0) or "
+      '--target_epsilon with --delta.',
+    ),
+  ],
+)
+def test_a_bad_flag_is_one_line_and_status_2(tmp_path, args, message):
+  done = _run_binary([*args, f'--root_output_dir={tmp_path}'])
+  # Nothing else: no --help text, no traceback, no TensorFlow start-up lines.
+  assert done.stderr == f'tff_dp.run: error: {message}\n'
+  assert done.returncode == run.USAGE_ERROR == 2
+  assert done.stdout == ''
+
+
+def test_missing_data_is_one_line_and_status_1(tmp_path):
+  empty = tmp_path / 'no_data'
+  empty.mkdir()
+  done = _run_binary(
+    [
+      '--task=heart_disease',
+      '--method=fedavg',
+      f'--root_output_dir={tmp_path}',
+    ],
+    TFF_DP_DATA_DIR=str(empty),
+    TFF_DP_NO_DOWNLOAD='1',
+  )
+  assert done.returncode == run.DATA_ERROR == 1
+  # The last line, after the job's log lines; the loader's message says
+  # where the data comes from and how to point the job at it.
+  lines = done.stderr.splitlines()
+  assert [line for line in lines if 'error:' in line] == lines[-1:]
+  assert lines[-1].startswith('tff_dp.run: error: ')
+  assert 'TFF_DP_DATA_DIR' in lines[-1]
+  assert 'Traceback' not in done.stderr
+  assert 'Unable to register' not in done.stderr
+
+
+def _config(**flat) -> training.ExperimentConfig:
+  return training.ExperimentConfig.create(
+    **{'task': 'heart_disease', 'method': 'fedavg', 'rounds': 2, **flat}
+  )
+
+
+def test_a_resume_with_other_flags_is_refused(tmp_path):
+  # The folder of a run of 2 rounds (its config.json, as the run wrote it).
+  ran = _config(output_dir=str(tmp_path))
+  (tmp_path / 'config.json').write_text(json.dumps(ran.to_dict()))
+  config = ran.replace(rounds=4)
+  # Refused before any data loads or any work.
+  with pytest.raises(training.ConfigError) as refused:
+    training.run_experiment(config)
+  status, message = run.refusal(refused.value)
+  assert status == run.USAGE_ERROR
+  assert message == str(refused.value)
+  assert (
+    f'{tmp_path} holds a run with different flags (--rounds: 2 there, 4 now)'
+    in message
+  )
+
+
+def test_a_noise_seed_of_another_configuration_is_refused(tmp_path):
+  noise_seeds.check_and_register(tmp_path / 'a', 7, _config().to_dict())
+  with pytest.raises(training.ConfigError) as refused:
+    noise_seeds.check_and_register(
+      tmp_path / 'b', 7, _config(rounds=3).to_dict()
+    )
+  assert run.refusal(refused.value) == (run.USAGE_ERROR, str(refused.value))
+
+
+@pytest.mark.parametrize(
+  'error, status',
+  [
+    (app.UsageError("Unexpected arguments: ['x']"), run.USAGE_ERROR),
+    (training.ConfigError('rounds must be an integer >= 1.'), run.USAGE_ERROR),
+    (data_dir.DataNotFoundError('Dataset file not found.'), run.DATA_ERROR),
+  ],
+)
+def test_a_users_error_is_refused_with_its_message(error, status):
+  assert run.refusal(error) == (status, str(error))
+
+
+def test_a_refusal_is_one_line():
+  error = training.ConfigError('Set a or b,\n  not both.\n')
+  assert run.refusal(error) == (run.USAGE_ERROR, 'Set a or b, not both.')
+
+
+def test_a_damaged_config_json_keeps_its_traceback(tmp_path):
+  # A JSONDecodeError (a ValueError) inside the check is no refusal.
+  (tmp_path / 'config.json').write_text('{')
+  config = _config(output_dir=str(tmp_path))
+  with pytest.raises(json.JSONDecodeError) as raised:
+    training.run_experiment(config)
+  assert run.refusal(raised.value) is None
+
+
+@pytest.mark.parametrize(
+  'error', [ValueError('a bug'), RuntimeError('a bug'), KeyError('bug')]
+)
+def test_any_other_error_keeps_its_traceback(error):
+  # A plain ValueError is a bug's, not a refusal.
+  assert run.refusal(error) is None
+
+
+def test_the_final_line():
+  summary = {
+    'final': {'accuracy': 0.5},
+    'epsilon_rdp': 1.23456,
+    'epsilon_pld': 1.1,
+    'delta': 1e-5,
+  }
+  assert run.final_line(summary) == (
+    'final: accuracy 0.5000  epsilon 1.235 (RDP) 1.100 (PLD) at delta 1e-05'
+  )
+  summary['epsilon_rdp'] = None
+  assert run.final_line(summary) == 'final: accuracy 0.5000'
