@@ -24,6 +24,13 @@ EXECUTION_ONLY = tuple(
 parse_workers = settings.parse_workers
 
 
+class ConfigError(ValueError):
+  """A run refused before training for the user's error: a bad setting, an
+  output directory that holds a run with other settings or released rounds
+  that no readable checkpoint covers, or a noise seed registered for another
+  configuration. `python -m tff_dp.run` prints its message as one line."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig(settings.RunSettings):
   """Everything a run depends on; recorded in `summary.json`.

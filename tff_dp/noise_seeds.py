@@ -155,7 +155,7 @@ def _check_and_register(output_dir, noise_seed, config_dict, allow_reuse):
       )
       clash = other
       if not allow_reuse:
-        raise ValueError(
+        raise experiment_config.ConfigError(
           f'--noise_seed was already used in {other} for a different '
           f'configuration (differs in: {", ".join(diff)}). Two runs with '
           'one noise seed let anyone who sees both subtract the noise. '

@@ -1,6 +1,6 @@
-"""A run's outputs: metrics.csv, progress lines, diagnostics, checkpoints
-(with the runner state), summary.json's privacy and provenance sections and
-final weights."""
+"""A run's outputs: metrics.csv, TensorBoard events, progress lines,
+diagnostics, checkpoints (with the runner state) in the run's secret folder,
+summary.json's privacy and provenance sections and final weights."""
 
 import csv
 import dataclasses
@@ -10,6 +10,7 @@ import math
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,10 +21,12 @@ import asyncio
 
 from absl import logging
 import numpy as np
+from tensorboard.summary.writer import record_writer
 import tensorflow as tf
 
 from tff_dp import privacy
 from tff_dp.aggregators import mf_strategy
+from tff_dp.experiment_config import ConfigError
 from tff_dp.experiment_config import EXECUTION_ONLY
 from tff_dp.experiment_config import ExperimentConfig
 from tff_dp.experiment_config import noise_seed_status
@@ -31,6 +34,12 @@ from tff_dp.experiment_config import with_settings_added_since
 from tff_dp import processes
 
 CHECKPOINT_PREFIX = 'round_'
+# The run folder's secret state, never released: owner-only (0700, its
+# files 0600), deleted when the run finishes unless --keep_checkpoints.
+SECRET_DIR = 'secret'
+CHECKPOINT_DIR = f'{SECRET_DIR}/checkpoints'
+# Where runs kept their checkpoints before SECRET_DIR (moved on resume).
+LEGACY_CHECKPOINT_DIR = 'checkpoints'
 
 
 DIAGNOSTICS_FILE = 'diagnostics.jsonl'  # Per-round update histograms.
@@ -99,6 +108,8 @@ class RunFiles:
   `PRIVATE_COLUMNS` (and test metrics when no client holds the test data);
   `non_private/` gets the same three files with every other column, and
   `diagnostics.jsonl`. Without the flag nothing else is written anywhere.
+  The run folder's rows are written once the checkpoint that covers them
+  is on disk (`write_released`), `non_private/`'s every round.
   """
 
   def __init__(
@@ -115,7 +126,8 @@ class RunFiles:
       if output_dir is not None and self.release
       else None
     )
-    self._writers = {}
+    # Taken now, before any round trains: the events' times.
+    self._writers = {d: EventFile(d / 'tensorboard') for d in self._dirs()}
 
   def split(self, row: dict) -> tuple[dict, dict]:
     return split_row(row, self.test_private)
@@ -134,24 +146,29 @@ class RunFiles:
     dirs = [] if self.output_dir is None else [self.output_dir]
     return dirs + ([self.non_private_dir] if self.non_private_dir else [])
 
-  def write_round(self, rows: list[dict], hists: Optional[dict]) -> None:
-    """metrics.csv (rewritten), TensorBoard and histograms of `rows[-1]`."""
-    if self.output_dir is None:
+  def write_non_private(self, rows: list[dict], hists: Optional[dict]) -> None:
+    """`NON_PRIVATE_DIR`'s files, each round: metrics.csv (rewritten),
+    TensorBoard and histograms of `rows[-1]`. No epsilon covers them, so
+    they are written before the round's checkpoint (a resumed run writes
+    the rounds it trains again over them)."""
+    d = self.non_private_dir
+    if d is None:
       return
-    parts = [self.split(r) for r in rows]
-    for i, d in enumerate(self._dirs()):
-      write_csv(d / 'metrics.csv', [p[i] for p in parts])
-      if d not in self._writers:
-        self._writers[d] = tf.summary.create_file_writer(str(d / 'tensorboard'))
-      row = parts[-1][i]
-      with self._writers[d].as_default(step=int(row['round'])):
-        for k, v in row.items():
-          if k != 'round' and isinstance(v, float) and math.isfinite(v):
-            tf.summary.scalar(k, v)
-      self._writers[d].flush()
-    if hists and self.diagnostics_path is not None:
+    write_csv(d / 'metrics.csv', [self.split(r)[1] for r in rows])
+    self._writers[d].write([self.split(rows[-1])[1]])
+    if hists:
       with open(self.diagnostics_path, 'a') as f:
         f.write(json.dumps({'round': int(rows[-1]['round']), **hists}) + '\n')
+
+  def write_released(self, rows: list[dict], new: list[dict]) -> None:
+    """The run folder's files: TensorBoard events of `new` (rounds not
+    released before), then metrics.csv rewritten with `rows` (every round
+    so far); the columns the ledger covers only."""
+    if self.output_dir is None or not new:
+      return
+    d = self.output_dir
+    self._writers[d].write([self.split(r)[0] for r in new])
+    write_csv(d / 'metrics.csv', [self.split(r)[0] for r in rows])
 
   def split_summary(self, summary: dict) -> tuple[dict, dict]:
     """`(private, non_private)` parts of the run's summary."""
@@ -189,6 +206,193 @@ class RunFiles:
   def write_summary(self, summary: dict) -> None:
     for d, part in zip(self._dirs(), self.split_summary(summary)):
       atomic_write(d / 'summary.json', json.dumps(part, indent=2))
+
+
+# TensorBoard's event files are found by this in their name.
+_EVENTS_PREFIX = 'events.out.tfevents.'
+
+
+class EventFile:
+  """TensorBoard events whose times say nothing of the clients.
+
+  `tf.summary`'s writers stamp each event with the wall-clock time it was
+  written, and so each round's duration, which follows the cohort's size
+  (secret under Poisson sampling). Here each round's scalars (as
+  `simple_value`s) carry the wall time `start + round`, `start` being the
+  whole seconds when the run's first event file was begun (read back from
+  its name on resume), and the file is named
+  `events.out.tfevents.<start>.tff_dp.<first round>` (no host name or
+  process id). Each invocation that releases rounds begins a file of its
+  own, from the first round it writes; files sort by round.
+  """
+
+  def __init__(self, log_dir: pathlib.Path):
+    self.log_dir = log_dir
+    starts = [
+      int(p.name.split('.')[3])
+      for p in (log_dir.glob(_EVENTS_PREFIX + '*.tff_dp.*'))
+      if p.name.split('.')[3].isdigit()
+    ]
+    # A folder without one (or with tf.summary's files only, from before
+    # this writer): this invocation's start, after any file before it.
+    self.start = min(starts) if starts else int(time.time())
+    self._path = None
+
+  def write(self, rows: list[dict]) -> None:
+    """Each row's finite float values, as scalars of step `row['round']`,
+    appended to this invocation's file (begun by its first row)."""
+    if not rows:
+      return
+    if self._path is None:
+      self.log_dir.mkdir(parents=True, exist_ok=True)
+      first = int(rows[0]['round'])
+      self._path = self.log_dir / (
+        f'{_EVENTS_PREFIX}{self.start:010d}.tff_dp.{first:06d}'
+      )
+    events = []
+    if not self._path.exists() or not self._path.stat().st_size:
+      events.append(
+        tf.compat.v1.Event(
+          wall_time=self.start + int(rows[0]['round']),
+          file_version='brain.Event:2',
+        )
+      )
+    for row in rows:
+      step = int(row['round'])
+      values = [
+        tf.compat.v1.Summary.Value(tag=k, simple_value=v)
+        for k, v in row.items()
+        if k != 'round' and isinstance(v, float) and math.isfinite(v)
+      ]
+      events.append(
+        tf.compat.v1.Event(
+          wall_time=self.start + step,
+          step=step,
+          summary=tf.compat.v1.Summary(value=values),
+        )
+      )
+    with open(self._path, 'ab') as f:
+      writer = record_writer.RecordWriter(f)  # TFRecords, as TF writes them.
+      for event in events:
+        writer.write(event.SerializeToString())
+
+
+def _tensorboard_steps(log_dir: pathlib.Path) -> list[int]:
+  """The steps of the events in `log_dir`'s event files (a torn record at
+  a file's end, from a crash mid-write, ends that file's reading)."""
+  steps = []
+  for path in sorted(log_dir.glob(_EVENTS_PREFIX + '*')):
+    try:
+      for record in tf.data.TFRecordDataset(str(path)):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        if event.HasField('summary') and event.summary.value:
+          steps.append(int(event.step))
+    except tf.errors.OpError:
+      pass
+  return steps
+
+
+def released_rounds(output_dir: pathlib.Path) -> tuple[int, list[str]]:
+  """`(last, files)`: the last round whose results the run folder holds
+  (metrics.csv, TensorBoard and a finished run's summary.json: what the
+  ledger covers), 0 if none, and the files that hold them."""
+  last, files = 0, []
+  csv_path = output_dir / 'metrics.csv'
+  if csv_path.exists():
+    with open(csv_path, newline='') as f:
+      rounds = [int(float(r['round'])) for r in csv.DictReader(f)]
+    if rounds:
+      last = max(rounds)
+      files.append(str(csv_path))
+  steps = _tensorboard_steps(output_dir / 'tensorboard')
+  if steps:
+    last = max(last, max(steps))
+    files.append(str(output_dir / 'tensorboard'))
+  summary = output_dir / 'summary.json'
+  if summary.exists():
+    last = max(last, int(json.loads(summary.read_text())['rounds_completed']))
+    files.append(str(summary))
+  return last, files
+
+
+def checkpoint_dir(output_dir: pathlib.Path) -> pathlib.Path:
+  """The run's checkpoint folder, `CHECKPOINT_DIR`, in a `SECRET_DIR` made
+  owner-only; a run's `LEGACY_CHECKPOINT_DIR` (from before the secret
+  folder) is moved there."""
+  secret = output_dir / SECRET_DIR
+  secret.mkdir(mode=0o700, exist_ok=True)
+  secret.chmod(0o700)
+  path = output_dir / CHECKPOINT_DIR
+  legacy = output_dir / LEGACY_CHECKPOINT_DIR
+  if legacy.is_dir() and not path.exists():
+    os.replace(legacy, path)
+    logging.info('Moved the checkpoints of %s to %s.', legacy, path)
+  elif legacy.is_dir():
+    logging.warning(
+      '%s and %s both exist: resuming from the second; the first holds '
+      'secret state, never publish it.',
+      legacy,
+      path,
+    )
+  if path.exists():
+    protect(path)
+  return path
+
+
+def has_checkpoints(output_dir: pathlib.Path) -> bool:
+  """Whether the run folder holds a checkpoint (readable or not)."""
+  return any(
+    p.name.startswith(CHECKPOINT_PREFIX)
+    for d in (CHECKPOINT_DIR, LEGACY_CHECKPOINT_DIR)
+    if (output_dir / d).is_dir()
+    for p in (output_dir / d).iterdir()
+  )
+
+
+def protect(path: pathlib.Path) -> None:
+  """Makes `path` and everything under it owner-only (folders 0700, files
+  0600) and durable (each file and folder synced to disk)."""
+  for root, _, files in os.walk(path, topdown=False):
+    for name in files:
+      file_path = os.path.join(root, name)
+      os.chmod(file_path, 0o600)
+      with open(file_path, 'rb') as f:
+        os.fsync(f.fileno())
+    os.chmod(root, 0o700)
+    _fsync_dir(root)
+
+
+def _fsync_dir(path) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def delete_secret(output_dir: pathlib.Path) -> None:
+  """Deletes the run's secret state (`SECRET_DIR`, and a legacy
+  `LEGACY_CHECKPOINT_DIR`) once the run has finished."""
+  for name in (SECRET_DIR, LEGACY_CHECKPOINT_DIR):
+    if (output_dir / name).exists():
+      shutil.rmtree(output_dir / name)
+      logging.info('Deleted the secret state in %s.', output_dir / name)
+
+
+def finished_summary(
+  output_dir: pathlib.Path, release_non_private: bool
+) -> Optional[dict]:
+  """What a finished run returns, if `output_dir` holds one whose secret
+  state was deleted (its summary.json and no checkpoint), else None: it
+  cannot be resumed, and running it again would release it again."""
+  path = output_dir / 'summary.json'
+  if not path.exists() or has_checkpoints(output_dir):
+    return None
+  summary = json.loads(path.read_text())
+  extra = output_dir / NON_PRIVATE_DIR / 'summary.json'
+  if release_non_private and extra.exists():
+    summary.update(json.loads(extra.read_text()))
+  return summary
 
 
 def flatten(prefix: str, value, out: dict) -> None:
@@ -275,7 +479,8 @@ def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
 
 def progress_line(row: dict, rounds: int) -> str:
   """A round's log line from the columns `row` has (non-private ones
-  only when the run releases them)."""
+  only when the run releases them); eps_pld only where it is computed
+  (not NaN)."""
   parts = [f'round {row["round"]}/{rounds}']
   if 'sampled_clients' in row:
     parts.append(f'clients {row["sampled_clients"]}')
@@ -285,9 +490,10 @@ def progress_line(row: dict, rounds: int) -> str:
     if k in row:
       parts.append(f'{k[5:]} {row[k]:.4f}')
   if 'epsilon_rdp' in row:
-    parts.append(
-      f'eps_rdp {row["epsilon_rdp"]:.3f} ' f'eps_pld {row["epsilon_pld"]:.3f}'
-    )
+    eps = f'eps_rdp {row["epsilon_rdp"]:.3f}'
+    if not math.isnan(row.get('epsilon_pld', math.nan)):
+      eps += f' eps_pld {row["epsilon_pld"]:.3f}'
+    parts.append(eps)
   if 'bytes_up_total' in row:
     parts.append(f'up {row["bytes_up_total"] / 1e6:.1f} MB total')
   else:
@@ -324,7 +530,8 @@ class RunnerState:
 
 
 def save_checkpoint(manager, state, runner: RunnerState) -> float:
-  """Saves `(state, runner)` as version `runner.round_num`; returns seconds.
+  """Saves `(state, runner)` as version `runner.round_num`, owner-only and
+  synced to disk (`protect`); returns seconds.
 
   TFF's `FileProgramStateManager` writes a SavedModel whose objects form
   reference cycles that hold the saved tensors, freed only by a full
@@ -340,6 +547,11 @@ def save_checkpoint(manager, state, runner: RunnerState) -> float:
   asyncio.run(
     manager.save((state, np.str_(runner.to_json())), runner.round_num)
   )
+  # Owner-only and on disk before the rounds it covers are released.
+  path = pathlib.Path(manager._get_path_for_version(runner.round_num))  # pylint: disable=protected-access
+  protect(path)
+  path.parent.chmod(0o700)
+  _fsync_dir(path.parent)
   processes.collect_garbage()
   return time.perf_counter() - start
 
@@ -427,8 +639,10 @@ def _release_section(config, task) -> dict:
     # Released (in non_private/) or withheld.
     'non_private_outputs': list(NON_PRIVATE_OUTPUTS),
     'test_metrics': test,
-    'checkpoints': "checkpoints/ hold the server's secret state (the noise "
-    'and client-sampling RNG): never publish them',
+    'checkpoints': f"{CHECKPOINT_DIR}/ holds the server's secret state "
+    '(the learning state, the ledger, the noise and client-sampling RNG) '
+    'while the run goes, owner-only, deleted when it finishes unless '
+    '--keep_checkpoints: never publish it',
   }
 
 
@@ -456,6 +670,9 @@ def privacy_section(
     }
   eps_rdp, eps_pld = ledger.epsilon() if ledger.rounds else (0.0, 0.0)
   relation = sampling.neighbouring_relation
+  caveats = guarantee_caveats(
+    ledger.assumptions(), noise_seed_clash, config.noise_seed is not None
+  )
   section = {
     'private': True,
     'unit': "client-level: all of one client's data",
@@ -472,15 +689,19 @@ def privacy_section(
     'noise_seed_secret': config.noise_seed is None,
     'research_run': config.noise_seed is not None,
     'noise_seed_reused_in': noise_seed_clash,
-    # As far as this run can tell when it ends: its seed was not reused
-    # before it, and its epsilon needs no assumption beyond the events.
-    'guarantee_holds': noise_seed_clash is None and not ledger.assumptions(),
+    # As far as this run can tell when it ends: its noise seed is secret
+    # (drawn from OS entropy) and was not reused before it, and its epsilon
+    # needs no assumption beyond the events (else `guarantee_caveats`).
+    'guarantee_holds': not caveats,
+    'guarantee_caveats': caveats,
     'released': 'the model after each round (final_model_weights.npz, '
     'test metrics of it), epsilon and the bytes per client',
     **_release_section(config, task),
     'tuning_outside_ledger': tuning_outside_ledger(config, method)
     + _client_test_tuning(config, task),
   }
+  # Why the epsilon itself is not rigorous (tables and plots mark such
+  # a point); `guarantee_caveats` adds a given noise seed.
   section['guarantee_caveat'] = guarantee_caveat(
     section['assumptions'], noise_seed_clash
   )
@@ -494,7 +715,7 @@ def guarantee_caveat(
 ) -> Optional[str]:
   """Why the run's epsilon is not a rigorous guarantee, in a sentence or
   two (the privacy section's `guarantee_caveat`); None when nothing in the
-  run says so (`guarantee_holds`).
+  run's events or noise seed registry says so.
 
   Args:
     assumptions: What the epsilon assumes beyond the recorded events
@@ -502,6 +723,39 @@ def guarantee_caveat(
     noise_seed_clash: The run folder that used the same noise seed for
       another configuration, if any.
   """
+  return ' '.join(_epsilon_caveats(assumptions, noise_seed_clash)) or None
+
+
+def guarantee_caveats(
+  assumptions: list[str],
+  noise_seed_clash: Optional[str] = None,
+  noise_seed_given: bool = False,
+) -> list[str]:
+  """Every reason the run's guarantee may not hold (the privacy section's
+  `guarantee_caveats`; `guarantee_holds` when empty): `guarantee_caveat`'s,
+  and a noise seed given with --noise_seed, which the run cannot know to be
+  secret.
+
+  Args:
+    assumptions: What the epsilon assumes beyond the recorded events.
+    noise_seed_clash: The run folder that used the same noise seed for
+      another configuration, if any.
+    noise_seed_given: Whether --noise_seed was given (config.json, which is
+      released, says so).
+  """
+  caveats = _epsilon_caveats(assumptions, noise_seed_clash)
+  if noise_seed_given:
+    caveats.append(
+      'The noise seed was given with --noise_seed (config.json says so): '
+      'the epsilon holds only while that value stays secret and unique, '
+      'which the run cannot check. Whoever knows it (a published command '
+      'names it, as every row in benchmarks/results does; a small value '
+      'can be guessed) can regenerate the noise and the cohorts.'
+    )
+  return caveats
+
+
+def _epsilon_caveats(assumptions, noise_seed_clash) -> list[str]:
   words = []
   if privacy.POISSON_COUNT_ASSUMPTION in assumptions:
     words.append(
@@ -520,7 +774,7 @@ def guarantee_caveat(
       f'{noise_seed_clash}: the two runs share noise, and neither epsilon '
       'holds.'
     )
-  return ' '.join(words) or None
+  return words
 
 
 def noise_across_rounds(ledger, noise=None) -> dict:
@@ -757,9 +1011,13 @@ def check_same_config(
       and old['release_non_private_metrics']
       else ''
     )
-    raise ValueError(
-      f'{output_dir} holds a run with different flags ({", ".join(diff)}); '
-      'rerun the same command to resume, or choose a new root_output_dir'
+    values = '; '.join(
+      f'--{k}: {old.get(k, "unset")!r} there, {new.get(k, "unset")!r} now'
+      for k in diff
+    )
+    raise ConfigError(
+      f'{output_dir} holds a run with different flags ({values}); rerun '
+      'the same command to resume, or choose a new --root_output_dir'
       f'{hint}.'
     )
 

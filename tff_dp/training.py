@@ -8,15 +8,19 @@
      context (secure sum simulated);
   4. after every round records the DP event that ran in the privacy ledger,
      evaluates (by default in a child process beside training,
-     `evaluation.Evaluator`), counts bytes, and appends a row to
-     `metrics.csv` and TensorBoard; every `checkpoint_every` rounds saves
-     the learning state with the ledger, the sampler's RNG state and the
-     rows (`tff.program.FileProgramStateManager`);
+     `evaluation.Evaluator`), counts bytes and computes the round's row;
+     every `checkpoint_every` rounds (and the last) saves the learning
+     state with the ledger, the sampler's RNG state and the rows
+     (`tff.program.FileProgramStateManager`, in the run folder's
+     owner-only `secret/checkpoints/`), and only once that checkpoint is
+     on disk releases its rounds: their rows in `metrics.csv`, TensorBoard
+     and the progress log;
   5. writes `summary.json` with every setting the run used (the method's
      options included), the final results and the run's provenance (the
      git commit of the source tree and whether it was dirty, the library
      versions, the data files read; `outputs.run_provenance`), and the
-     final model weights to `final_model_weights.npz`.
+     final model weights to `final_model_weights.npz`, and deletes the
+     secret folder unless `keep_checkpoints`.
 
 What is written is only what the ledger covers (`outputs.RunFiles`):
 settings, epsilon, bytes per client, the model and test metrics on data no
@@ -28,7 +32,10 @@ refused before any work (`noise_seeds`).
 
 A rerun of the same command in the same output directory resumes from the
 last checkpoint, ledger and RNG included, so epsilon never resets and the
-result equals an uninterrupted run.
+result equals an uninterrupted run. No round is released twice: a folder
+whose released rounds no readable checkpoint covers (a corrupt or deleted
+checkpoint) is refused, and a finished run whose secret folder was deleted
+is not run again (its summary is returned).
 
 Randomness: `seed` drives only public randomness (model initialisation,
 sketch hashes, DP-RandAgg and FL-BASIC coordinates, CMP-Fed's V_0). The
@@ -81,8 +88,8 @@ from tff_dp.preparation import Prepared  # noqa: F401 (API)
 find_dp_events = dp_events.events_in_state
 
 
-class ConfigError(ValueError):
-  """A run refused before any work: a bad setting or output directory."""
+# A run refused before training (`experiment_config.ConfigError`).
+ConfigError = experiment_config.ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +129,11 @@ class _Progress:
   start_round: int
   files: outputs.RunFiles
   manager: Any
+  # Rows of rounds finished but not yet released: written to the run
+  # folder once the checkpoint that covers them is on disk.
+  pending: list = dataclasses.field(default_factory=list)
+  # Whether the reason for a NaN epsilon_pld has been logged.
+  pld_reason_logged: bool = False
 
 
 def run_experiment(
@@ -137,8 +149,9 @@ def run_experiment(
     config: The run's configuration.
     clip_probe: If it asks for rounds, the clip is first tuned on
       non-private FedAvg (`ClipProbe`, `clip_from_fedavg`).
-    round_callback: Called with the round number after each round's results
-      and checkpoint are written (tests use it to interrupt a run).
+    round_callback: Called with the round number after each round is
+      finished (when due, its checkpoint written and its rounds released;
+      tests use it to interrupt a run).
     rows_out: If given, the per-round result rows are appended to it, every
       column (non-private ones included: an in-process caller's choice).
 
@@ -148,7 +161,8 @@ def run_experiment(
 
   Raises:
     ConfigError: (a ValueError) On an invalid config or output directory,
-      before any data loads.
+      before any data loads; on an output directory holding released
+      rounds that no readable checkpoint covers, before training.
     ValueError: On a noise seed used for another configuration in the
       same output tree, or an output directory holding another run, before
       training.
@@ -156,6 +170,17 @@ def run_experiment(
   config, output_dir = _checked(config, clip_probe)
   if output_dir is not None:
     outputs.check_same_config(output_dir, config)
+    finished = outputs.finished_summary(
+      output_dir, config.release_non_private_metrics
+    )
+    if finished is not None:
+      logging.info(
+        '%s holds this run, finished (its summary.json; its secret state '
+        'deleted): nothing to run. Choose a new --root_output_dir to run '
+        'it again.',
+        output_dir,
+      )
+      return finished
   # Before any work: a seed used for another configuration is refused.
   seed_clash = noise_seeds.check_and_register(
     output_dir,
@@ -181,6 +206,8 @@ def run_experiment(
       model_weights(prepared.process, progress.state),
     )
     progress.files.write_summary(summary)
+    if not config.keep_checkpoints:
+      outputs.delete_secret(output_dir)
   if config.local_workers:
     distributed.stop_local_workers()
   return progress.files.returned_summary(summary)
@@ -242,9 +269,9 @@ def _restore(config, prepared, output_dir) -> _Progress:
   if output_dir is None:
     return progress
   # The two latest checkpoints: if the newest is unreadable (a crash while
-  # writing it), the previous one is used.
+  # writing it, before its rounds were released), the previous one is used.
   progress.manager = tff.program.FileProgramStateManager(
-    str(output_dir / 'checkpoints'),
+    str(outputs.checkpoint_dir(output_dir)),
     prefix=outputs.CHECKPOINT_PREFIX,
     keep_total=2,
     keep_first=False,
@@ -254,6 +281,8 @@ def _restore(config, prepared, output_dir) -> _Progress:
       progress.manager, (progress.state, np.str_(''))
     )
   )
+  # Before anything in the folder changes.
+  _check_released(output_dir, version)
   if restored is not None and version > 0:
     progress.state, runner_json = restored
     runner = outputs.RunnerState.from_json(runner_json)
@@ -280,7 +309,37 @@ def _restore(config, prepared, output_dir) -> _Progress:
   outputs.atomic_write(
     output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
   )
+  # Rounds checkpointed but not yet released (a stop between the two).
+  released, _ = outputs.released_rounds(output_dir)
+  progress.pending = [r for r in progress.rows if r['round'] > released]
+  _release(config, progress)
   return progress
+
+
+def _check_released(output_dir, restored: int) -> None:
+  """Raises ConfigError if the folder holds rounds after `restored`, the
+  round of the checkpoint the run resumes from (0: none)."""
+  released, files = outputs.released_rounds(output_dir)
+  if released <= restored:
+    return
+  rounds = (
+    f'round {released}'
+    if released == restored + 1
+    else f'rounds {restored + 1}-{released}'
+  )
+  found = (
+    f'the newest readable checkpoint is of round {restored}'
+    if restored
+    else 'it has no readable checkpoint'
+  )
+  raise ConfigError(
+    f'{output_dir} holds released results of {rounds} ({", ".join(files)}), '
+    f'but {found} ({output_dir / outputs.CHECKPOINT_DIR}). Training '
+    f'{"it" if released == restored + 1 else "them"} again would release '
+    'new results of the same rounds with fresh noise, which the privacy '
+    "ledger would not charge. Keep this folder's files as that run's "
+    'results, and start the run again in a new --root_output_dir.'
+  )
 
 
 class _Cohorts:
@@ -346,28 +405,29 @@ class _Finished:
   evaluation: Optional[concurrent.futures.Future]
 
 
-# Finish rounds (epsilon, diagnostics, metrics files) on one background
-# thread while the next round trains. What runs there is Python and NumPy
-# only (dp_accounting, csv and json, and waiting for the evaluator's
-# result); checkpoints, which run TF, stay on the main thread and
-# evaluation runs in the evaluator (a child process by default). With
-# Keras' evaluation and TFF's
-# checkpoint on the finishing thread, a fresh-clone CI run saw one
-# `python -m tff_dp.run` segfault (exit -11).
+# Finish rounds (epsilon, diagnostics, the row) on one background thread
+# while the next round trains. What runs there is Python and NumPy only
+# (dp_accounting, and waiting for the evaluator's result); checkpoints,
+# which run TF, and the release of the rounds they cover stay on the main
+# thread, and evaluation runs in the evaluator (a child process by
+# default). With Keras' evaluation and TFF's checkpoint on the finishing
+# thread, a fresh-clone CI run saw one `python -m tff_dp.run` segfault
+# (exit -11).
 BACKGROUND_FINISH = True
 
 
 class _Finisher:
-  """Finishes each round (epsilon, files) on one background thread while
+  """Finishes each round (epsilon, its row) on one background thread while
   the next round trains, one round deep; the main thread's part (the
-  checkpoint) runs once the round's row is written.
+  checkpoint when due, then the release of the rounds it covers) runs once
+  the round's row is made.
 
   The TF and TFF calls (the round, reading the weights to evaluate, the
   checkpoint) stay on the main thread; what the finishing step reads is
   handed to it, so the numbers and files are those of finishing each round
   before the next.
-  `round_callback(t)` runs once round t is finished (its row and
-  checkpoint written).
+  `round_callback(t)` runs once round t is finished (its row made, and
+  when due its checkpoint written and its rounds released).
   """
 
   def __init__(self, round_callback):
@@ -463,7 +523,7 @@ def _train(config, prepared, progress, round_callback) -> dict:
           _finish_round, config, prepared, progress, job, timings
         ),
         round_num,
-        then=functools.partial(_save_checkpoint, config, progress, job),
+        then=functools.partial(_checkpoint_and_release, config, progress, job),
       )
       if _checkpoint_due(config, round_num):
         finisher.wait()  # The checkpoint holds this round's row.
@@ -523,12 +583,24 @@ def _checkpoint_due(config, round_num: int) -> bool:
 
 
 def _finish_round(config, prepared, progress, job, timings):
-  """A round's results in its row, the row and histograms written (on the
-  finishing thread)."""
+  """A round's results in its row, held for release; its non-private
+  files written (on the finishing thread)."""
   hists = _round_results(config, prepared, progress, job)
   job.row.update(timings)
   progress.rows.append(job.row)
-  _write_round(config, progress, hists)
+  progress.pending.append(job.row)
+  progress.files.write_non_private(progress.rows, hists)
+  if (
+    not progress.pld_reason_logged
+    and 'epsilon_pld' in job.row
+    and np.isnan(job.row['epsilon_pld'])
+  ):
+    progress.pld_reason_logged = True
+    logging.info(
+      'No PLD epsilon for this run (the progress lines show eps_rdp only): '
+      '%s',
+      privacy.pld_unavailable_reason(job.event, progress.ledger.sampling),
+    )
 
 
 def _next_round(config, prepared, progress, round_num, data):
@@ -599,30 +671,47 @@ def _round_results(config, prepared, progress, job):
   return diagnostics.histograms(vectors)
 
 
-def _write_round(config, progress, hists=None):
-  """The round's row and histograms written."""
-  files, rows = progress.files, progress.rows
-  logging.info(
-    '%s', outputs.progress_line(files.shown(rows[-1]), config.rounds)
-  )
-  files.write_round(rows, hists)
-
-
-def _save_checkpoint(config, progress, job) -> None:
-  """The checkpoint of `job`'s round when due (on the main thread, after
-  the round's row is written)."""
-  if progress.manager is None or not _checkpoint_due(config, job.round_num):
-    return
+def _release(config, progress) -> None:
+  """The pending rounds released: their progress lines logged, their rows
+  written to the run folder."""
   files = progress.files
-  runner = files.runner_state(
-    job.round_num, job.rng_state_after_round, job.ledger_json, progress.rows
-  )
-  seconds = outputs.save_checkpoint(progress.manager, job.output.state, runner)
-  logging.info(
-    'Checkpoint of round %d written%s',
-    job.round_num,
-    f' in {seconds:.1f} s' if files.release else '',
-  )
+  for row in progress.pending:
+    logging.info('%s', outputs.progress_line(files.shown(row), config.rounds))
+  files.write_released(progress.rows, progress.pending)
+  progress.pending = []
+
+
+def _checkpoint_and_release(config, progress, job) -> None:
+  """When due, the checkpoint of `job`'s round, then the release of the
+  rounds it covers (on the main thread, after the round's row is made);
+  without an output directory, each round is released at once."""
+  due = _checkpoint_due(config, job.round_num)
+  if progress.manager is not None and not due:
+    logging.info(
+      'Round %d/%d trained; released with the checkpoint of round %d.',
+      job.round_num,
+      config.rounds,
+      min(
+        config.rounds,
+        (job.round_num // config.checkpoint_every + 1)
+        * config.checkpoint_every,
+      ),
+    )
+    return
+  if progress.manager is not None:
+    files = progress.files
+    runner = files.runner_state(
+      job.round_num, job.rng_state_after_round, job.ledger_json, progress.rows
+    )
+    seconds = outputs.save_checkpoint(
+      progress.manager, job.output.state, runner
+    )
+    logging.info(
+      'Checkpoint of round %d written%s',
+      job.round_num,
+      f' in {seconds:.1f} s' if files.release else '',
+    )
+  _release(config, progress)
 
 
 def _summary(config, prepared, progress, seed_clash, totals) -> dict:

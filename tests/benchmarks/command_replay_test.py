@@ -180,6 +180,7 @@ DEFAULTS = {
   'fuse_client_work': False,
   'inter_op_threads': 4,
   'intra_op_threads': 1,
+  'keep_checkpoints': False,
   'local_epochs': 1,
   'local_steps': None,
   'local_workers': 0,

@@ -101,10 +101,11 @@ def test_method_params_from_a_saved_config_equal_the_runs():
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
-  """`(output dir, summary)` of one uninterrupted `_config` run (4 rounds),
-  shared by the tests that compare an interrupted run with it."""
+  """`(output dir, summary)` of one uninterrupted `_config` run (4 rounds,
+  its checkpoints kept), shared by the tests that compare an interrupted
+  run with it."""
   base = tmp_path_factory.mktemp('reference')
-  summary = training.run_experiment(_config(base, 'run'))
+  summary = training.run_experiment(_config(base, 'run', keep_checkpoints=True))
   return base / 'run', summary
 
 
@@ -150,7 +151,30 @@ def test_dp_fedavg_end_to_end_and_ledger(reference):
   saved = json.loads((run_dir / 'summary.json').read_text())
   assert saved['config']['noise_multiplier'] == 0.5
   assert saved['config']['client_sampling_rate'] == 0.75
-  assert (run_dir / 'tensorboard').is_dir()
+  # TensorBoard: each round's scalars at the run's start + its round,
+  # whatever the round took.
+  (events,) = (run_dir / 'tensorboard').glob('events.*')
+  start = int(events.name.split('.')[3])
+  assert events.name == f'events.out.tfevents.{start:010d}.tff_dp.000001'
+  scalars = _tensorboard_scalars(run_dir, 'epsilon_rdp')
+  assert [(e.step, e.wall_time) for e in scalars] == [
+    (t, start + t) for t in (1, 2, 3, 4)
+  ]
+  assert [e.value for e in scalars] == pytest.approx(
+    [float(r['epsilon_rdp']) for r in rows], rel=1e-6
+  )
+  # Kept (--keep_checkpoints): the secret state, owner-only.
+  secret = run_dir / outputs.SECRET_DIR
+  assert sorted(
+    p.name for p in (run_dir / outputs.CHECKPOINT_DIR).iterdir()
+  ) == [
+    'round_3',
+    'round_4',
+  ]
+  assert not (run_dir / outputs.LEGACY_CHECKPOINT_DIR).exists()
+  for path in [secret, *secret.rglob('*')]:
+    mode = path.stat().st_mode & 0o777
+    assert mode == (0o700 if path.is_dir() else 0o600), path
 
 
 class _Interrupt(Exception):
@@ -245,7 +269,15 @@ def test_worker_threads_do_not_change_results(tmp_path):
     np.testing.assert_array_equal(wa[k], wb[k])
 
 
-def test_fixed_size_sampling_and_nonprivate(tmp_path, shared_data_dir):
+def test_fixed_size_sampling_and_nonprivate(
+  tmp_path, shared_data_dir, monkeypatch
+):
+  # What the runner logs (TF's checkpoint save lowers absl's verbosity in
+  # a process that did not parse absl's flags).
+  logs = []
+  monkeypatch.setattr(
+    training.logging, 'info', lambda msg, *args: logs.append(msg % args)
+  )
   summary = training.run_experiment(
     _config(
       tmp_path,
@@ -256,6 +288,14 @@ def test_fixed_size_sampling_and_nonprivate(tmp_path, shared_data_dir):
     )
   )
   assert summary['sampling']['mode'] == 'fixed'
+  # No PLD epsilon under fixed-size sampling: said once, with the reason,
+  # and the progress lines show the RDP epsilon alone.
+  monkeypatch.undo()
+  (reason,) = (m for m in logs if m.startswith('No PLD epsilon'))
+  assert 'SampledWithoutReplacementDpEvent' in reason
+  lines = [m for m in logs if m.startswith('round ') and 'eps_rdp' in m]
+  assert len(lines) == 2
+  assert not [m for m in lines if 'eps_pld' in m]
   # Noise 0.5 x clip; replacing a client moves the sum by 2 x clip.
   event = dp_accounting.SampledWithoutReplacementDpEvent(
     4, 2, dp_accounting.GaussianDpEvent(0.25)
@@ -318,8 +358,14 @@ def test_target_epsilon_calibration(tmp_path):
 
 def test_other_flags_in_same_dir_fail(tmp_path):
   training.run_experiment(_config(tmp_path, 'run', rounds=1))
-  with pytest.raises(ValueError, match='holds a run with different flags'):
+  with pytest.raises(training.ConfigError) as e:
     training.run_experiment(_config(tmp_path, 'run', rounds=1, clip=2.0))
+  # The flag and its two values.
+  assert (
+    f'{tmp_path / "run"} holds a run with different flags (--clip: 1.0 '
+    'there, 2.0 now); rerun the same command to resume, or choose a new '
+    '--root_output_dir.'
+  ) == str(e.value)
 
 
 def _saved_before(config, setting: str) -> pathlib.Path:
@@ -340,7 +386,10 @@ def test_flag_added_after_a_run_started_resumes_at_its_default(tmp_path):
   config = _config(tmp_path, 'old', rounds=1, method='fetchsgd')
   out = _saved_before(config, 'sketch_hashing')
   outputs.check_same_config(out, config)
-  with pytest.raises(ValueError, match=r'different flags \(sketch_hashing\)'):
+  with pytest.raises(
+    training.ConfigError,
+    match=r"different flags \(--sketch_hashing: 'murmur' there, 'block' now\)",
+  ):
     outputs.check_same_config(out, config.replace(sketch_hashing='block'))
 
 
@@ -356,7 +405,8 @@ def test_a_setting_whose_default_changed_resumes_at_its_legacy_value(
   out = _saved_before(config, 'top_k_nonprivate_clip')
   old = json.loads((out / 'config.json').read_text())
   with pytest.raises(
-    ValueError, match=r'different flags \(top_k_nonprivate_clip\)'
+    training.ConfigError,
+    match=r'different flags \(--top_k_nonprivate_clip: True there, False now',
   ):
     outputs.check_same_config(out, config)
   outputs.check_same_config(out, config.replace(top_k_nonprivate_clip=True))
@@ -388,7 +438,8 @@ def test_a_cyclic_run_from_before_partitions_resumes_balanced(tmp_path):
   cyclic_dir = _saved_before(cyclic, 'participation_partition')
   plain_dir = _saved_before(plain, 'participation_partition')
   with pytest.raises(
-    ValueError, match=r'different flags \(participation_partition\)'
+    training.ConfigError,
+    match=r"different flags \(--participation_partition: 'balanced' there",
   ):
     outputs.check_same_config(cyclic_dir, cyclic)
   outputs.check_same_config(
@@ -533,34 +584,137 @@ def test_binary_end_to_end_and_bad_flag(tmp_path):
   assert 'client_sampling_rate must be in (0, 1]. Found 2.0' in bad.stderr
 
 
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
+def _released_files(run_dir):
+  """Every released file of a run folder (not its secret one), its bytes."""
+  secret = run_dir / outputs.SECRET_DIR
+  return {p: p.read_bytes() for p in _files(run_dir) if secret not in p.parents}
+
+
+def test_released_rounds_that_no_checkpoint_covers_are_refused(
   tmp_path, reference
 ):
   import shutil  # pylint: disable=g-import-not-at-top
 
-  # A copy of the finished reference run (its config naming the copy).
+  # The reference run stopped after its round-4 checkpoint (its summary not
+  # yet written), its rounds 1-4 released; the copy's config names it.
   run_dir, _ = reference
   shutil.copytree(run_dir, tmp_path / 'run')
   config = _config(tmp_path, 'run')
   (tmp_path / 'run' / 'config.json').write_text(json.dumps(config.to_dict()))
   (tmp_path / 'run' / 'summary.json').unlink()
-  before = _final_weights(run_dir)
-  rows_before = _rows(run_dir / 'metrics.csv')
-  ckpt = tmp_path / 'run' / 'checkpoints'
-  assert sorted(p.name for p in ckpt.iterdir()) == ['round_3', 'round_4']
+  released = _released_files(tmp_path / 'run')
+  ckpt = tmp_path / 'run' / outputs.CHECKPOINT_DIR
   pb = ckpt / 'round_4' / 'saved_model.pb'
-  pb.write_bytes(pb.read_bytes()[:100])  # Truncated: a crash mid-write.
-  summary = training.run_experiment(config)  # Resumes from round 3.
-  assert summary['rounds_completed'] == 4
-  assert summary['first_round_this_invocation'] == 4
-  assert (ckpt / 'corrupt_round_4').is_dir()
-  after = _final_weights(tmp_path / 'run')
+  pb.write_bytes(pb.read_bytes()[:100])  # Truncated.
+  # Round 3's checkpoint loads, but round 4 was released from the lost
+  # one: training it again would release it twice.
+  with pytest.raises(training.ConfigError) as e:
+    training.run_experiment(config)
+  message = str(e.value)
+  assert 'released results of round 4 (' in message
+  assert str(tmp_path / 'run' / 'metrics.csv') in message
+  assert 'newest readable checkpoint is of round 3' in message
+  assert 'new --root_output_dir' in message
+  # No checkpoint at all (deleted, or every one unreadable): rounds 1-4.
+  shutil.rmtree(tmp_path / 'run' / outputs.SECRET_DIR)
+  with pytest.raises(training.ConfigError, match='results of rounds 1-4 '):
+    training.run_experiment(config)
+  assert _released_files(tmp_path / 'run') == released
+
+
+def test_a_checkpoint_torn_before_its_release_falls_back(
+  tmp_path, reference, monkeypatch
+):
+  # A crash while round 3's checkpoint is written: it is unreadable, and
+  # round 3 was not released, so the run resumes from round 2's.
+  save = outputs.save_checkpoint
+
+  def save_torn(manager, state, runner):
+    seconds = save(manager, state, runner)
+    if runner.round_num == 3:
+      pb = tmp_path / 'run' / outputs.CHECKPOINT_DIR / 'round_3'
+      pb = pb / 'saved_model.pb'
+      pb.write_bytes(pb.read_bytes()[:100])
+      raise _Interrupt()
+    return seconds
+
+  config = _config(tmp_path, 'run')
+  monkeypatch.setattr(outputs, 'save_checkpoint', save_torn)
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config)
+  monkeypatch.setattr(outputs, 'save_checkpoint', save)
+  rows = _rows(tmp_path / 'run' / 'metrics.csv')
+  assert [r['round'] for r in rows] == ['1', '2']
+  summary = training.run_experiment(config)
+  assert summary['first_round_this_invocation'] == 3
+  run_dir, _ = reference
+  before, after = _final_weights(run_dir), _final_weights(tmp_path / 'run')
   for k in before:
     np.testing.assert_array_equal(before[k], after[k])
-  rows_after = _rows(tmp_path / 'run' / 'metrics.csv')
-  assert [r['train_loss'] for r in rows_after] == [
-    r['train_loss'] for r in rows_before
+  assert [r['train_loss'] for r in _rows(tmp_path / 'run' / 'metrics.csv')] == [
+    r['train_loss'] for r in _rows(run_dir / 'metrics.csv')
   ]
+
+
+def test_a_crash_between_checkpoints_releases_no_round_past_the_last(
+  tmp_path, reference
+):
+  def crash_after_three(round_num):
+    if round_num == 3:
+      raise _Interrupt()
+
+  config = _config(tmp_path, 'run', checkpoint_every=2)
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash_after_three)
+  run_dir = tmp_path / 'run'
+  # Round 3 trained, but its checkpoint (round 4's) was never written: no
+  # file the ledger covers shows it. (non_private/, which no epsilon
+  # covers, is written every round.)
+  assert [r['round'] for r in _read_csv(run_dir / 'metrics.csv')] == [
+    '1',
+    '2',
+  ]
+  assert {e.step for e in _tensorboard_events(run_dir)} == {1, 2}
+  assert outputs.released_rounds(run_dir)[0] == 2
+  extra = run_dir / outputs.NON_PRIVATE_DIR
+  assert [r['round'] for r in _read_csv(extra / 'metrics.csv')] == [
+    '1',
+    '2',
+    '3',
+  ]
+  # The same command again trains rounds 3 and 4 once, as the reference.
+  summary = training.run_experiment(config)
+  assert summary['first_round_this_invocation'] == 3
+  reference_dir, _ = reference
+  a, b = _rows(reference_dir / 'metrics.csv'), _rows(run_dir / 'metrics.csv')
+  assert [(r['round'], r['train_loss'], r['epsilon_rdp']) for r in a] == [
+    (r['round'], r['train_loss'], r['epsilon_rdp']) for r in b
+  ]
+  assert sorted(e.step for e in _tensorboard_events(run_dir)) == [1, 2, 3, 4]
+
+
+def test_a_run_from_before_the_secret_folder_resumes_its_checkpoints(
+  tmp_path,
+):
+  def crash_after_one(round_num):
+    if round_num == 1:
+      raise _Interrupt()
+
+  config = _config(tmp_path, 'run', rounds=2)
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config, round_callback=crash_after_one)
+  # The layout of a run started before the secret folder existed.
+  run_dir = tmp_path / 'run'
+  os.replace(
+    run_dir / outputs.CHECKPOINT_DIR, run_dir / outputs.LEGACY_CHECKPOINT_DIR
+  )
+  (run_dir / outputs.SECRET_DIR).rmdir()
+  summary = training.run_experiment(config)
+  assert summary['first_round_this_invocation'] == 2
+  assert summary['rounds_completed'] == 2
+  # Moved to the secret folder, deleted with it once the run finished.
+  assert not (run_dir / outputs.LEGACY_CHECKPOINT_DIR).exists()
+  assert not (run_dir / outputs.SECRET_DIR).exists()
 
 
 # `python -m tff_dp.run` whose job blocks once round 3's checkpoint is saved.
@@ -624,7 +778,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
   while not saved.exists():
     assert proc.poll() is None and time.time() < deadline
     time.sleep(0.2)
-  assert (killed / 'checkpoints' / 'round_3').is_dir()
+  assert (killed / outputs.CHECKPOINT_DIR / 'round_3').is_dir()
   os.killpg(proc.pid, signal.SIGKILL)  # The binary and its worker_binary.
   proc.wait(timeout=60)
   assert not (killed / 'summary.json').exists()
@@ -728,8 +882,15 @@ def test_given_noise_seed_reproduces_and_is_never_written(tmp_path):
     np.testing.assert_array_equal(wa[k], wb[k])
   for name, text in _texts(tmp_path / 'a').items():
     assert str(seed) not in text, name
-  assert summary['privacy']['noise_seed_secret'] is False
-  assert 'assumes this seed is kept secret' in summary['privacy']['noise_seed']
+  section = summary['privacy']
+  assert section['noise_seed_secret'] is False
+  assert 'assumes this seed is kept secret' in section['noise_seed']
+  # Whoever knows the seed regenerates the noise: the run cannot know it
+  # secret, so its guarantee is not claimed (its epsilon itself is sound).
+  assert section['guarantee_holds'] is False
+  (caveat,) = section['guarantee_caveats']
+  assert caveat.startswith('The noise seed was given with --noise_seed')
+  assert section['guarantee_caveat'] is None
 
 
 def test_resume_with_secret_noise_continues_the_checkpointed_stream(tmp_path):
@@ -842,14 +1003,29 @@ def _holds_name(data: bytes, name: str) -> bool:
   return re.search(pattern, data) is not None
 
 
-def _tensorboard_tags(run_dir):
+def _tensorboard_events(run_dir):
+  """The events of a run folder's TensorBoard files with scalars."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  tags = set()
-  for path in (run_dir / 'tensorboard').glob('events.*'):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      tags |= {v.tag for v in event.summary.value}
-  return tags
+  return [
+    event
+    for path in sorted((run_dir / 'tensorboard').glob('events.*'))
+    for event in tf.compat.v1.train.summary_iterator(str(path))
+    if event.summary.value
+  ]
+
+
+def _tensorboard_tags(run_dir):
+  return {v.tag for e in _tensorboard_events(run_dir) for v in e.summary.value}
+
+
+def _tensorboard_scalars(run_dir, tag):
+  """TensorBoard's own reading of `tag` in a run folder's events."""
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
+  accumulator = event_accumulator.EventAccumulator(str(run_dir / 'tensorboard'))
+  accumulator.Reload()
+  return accumulator.Scalars(tag)
 
 
 def _files(run_dir):
@@ -872,8 +1048,8 @@ def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
   )
   summary = training.run_experiment(config)
   run_dir = tmp_path / 'default'
+  # The secret state deleted once the run finished.
   assert sorted(p.name for p in run_dir.iterdir()) == [
-    'checkpoints',
     'config.json',
     'final_model_weights.npz',
     'metrics.csv',
@@ -909,7 +1085,17 @@ def test_default_run_writes_only_what_the_ledger_covers(tmp_path):
   assert section['non_private_metrics_released'] is False
   assert section['non_private_dir'] is None
   assert section['research_run'] is False and section['guarantee_holds']
+  assert section['guarantee_caveats'] == []
   assert section['test_metrics'].startswith('covered')
+  # The same command again: the run is finished and its secret state gone,
+  # so nothing runs and nothing is written again.
+  released = {
+    p: (p.read_bytes(), p.stat().st_mtime_ns) for p in _files(run_dir)
+  }
+  assert training.run_experiment(config) == saved
+  assert {
+    p: (p.read_bytes(), p.stat().st_mtime_ns) for p in _files(run_dir)
+  } == released
 
 
 def test_test_metrics_on_a_sites_own_patients_are_withheld(tmp_path):
@@ -937,6 +1123,7 @@ def test_released_non_private_metrics_go_to_their_own_folder(tmp_path):
     eval_every=1,
     release_non_private_metrics=True,
     allow_noise_seed_reuse=False,
+    keep_checkpoints=True,
   )
   summary = training.run_experiment(config)
   run_dir = tmp_path / 'released'
@@ -965,12 +1152,67 @@ def test_released_non_private_metrics_go_to_their_own_folder(tmp_path):
   # default run above has the power to see them.
   assert any(
     _holds_name(p.read_bytes(), 'sampled_clients')
-    for p in _files(run_dir / 'checkpoints')
+    for p in _files(run_dir / outputs.CHECKPOINT_DIR)
   )
   assert not _holds_name(b'dp_fraction_clipped', 'fraction_clipped')
   assert _holds_name(b'"update_norm_mean"', 'update_norm_')
   assert summary['privacy']['non_private_metrics_released'] is True
   assert summary['privacy']['non_private_dir'] == outputs.NON_PRIVATE_DIR
+
+
+def test_progress_line_omits_a_pld_epsilon_that_is_not_computed():
+  row = {'round': 3, 'epsilon_rdp': 1.5, 'bytes_up_per_client': 2000}
+  nan = dict(row, epsilon_pld=float('nan'))
+  assert outputs.progress_line(nan, 10) == (
+    'round 3/10 | eps_rdp 1.500 | up 2.0 KB/client'
+  )
+  assert outputs.progress_line(dict(row, epsilon_pld=1.25), 10) == (
+    'round 3/10 | eps_rdp 1.500 eps_pld 1.250 | up 2.0 KB/client'
+  )
+
+
+def test_tensorboard_events_carry_the_round_not_the_clock(
+  tmp_path, monkeypatch
+):
+  import socket  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  rows = [
+    {'round': t, 'epsilon_rdp': 0.5 * t, 'round_seconds': 7.0 + t}
+    for t in (1, 2, 3)
+  ]
+  files = outputs.RunFiles(tmp_path, True, test_private=True)
+  for t in (1, 2):
+    files.write_non_private(rows[:t], None)
+  files.write_released(rows[:2], rows[:2])
+  # A resumed invocation, hours later: its rounds keep the run's times.
+  later = time.time() + 7200
+  monkeypatch.setattr(time, 'time', lambda: later)
+  resumed = outputs.RunFiles(tmp_path, True, test_private=True)
+  monkeypatch.undo()
+  resumed.write_non_private(rows, None)
+  resumed.write_released(rows, rows[2:])
+  names = sorted(p.name for p in (tmp_path / 'tensorboard').iterdir())
+  start = int(names[0].split('.')[3])
+  assert names == [
+    f'events.out.tfevents.{start:010d}.tff_dp.000001',
+    f'events.out.tfevents.{start:010d}.tff_dp.000003',
+  ]
+  assert not [n for n in names if socket.gethostname() in n]
+  for run_dir, tag in (
+    (tmp_path, 'epsilon_rdp'),
+    (files.non_private_dir, 'round_seconds'),
+  ):
+    scalars = _tensorboard_scalars(run_dir, tag)
+    assert [(e.step, e.wall_time) for e in scalars] == [
+      (t, start + t) for t in (1, 2, 3)
+    ]
+    assert [e.value for e in scalars] == [r[tag] for r in rows]
+  assert 'round_seconds' not in _tensorboard_tags(tmp_path)
+  assert outputs.released_rounds(tmp_path) == (
+    3,
+    [str(tmp_path / 'metrics.csv'), str(tmp_path / 'tensorboard')],
+  )
 
 
 def test_test_metrics_of_client_held_test_data_are_non_private(tmp_path):

@@ -211,7 +211,7 @@ class RunSettings:
   )
   participation_partition: str = _setting(
     'by_client_id',
-    "Cyclic participation: how clients are dealt into groups. "
+    'Cyclic participation: how clients are dealt into groups. '
     "by_client_id: each client's group is a public hash of its id and "
     '--seed alone, so adding or removing a client moves no other client '
     '(the guarantee holds for add/remove-one neighbouring); group sizes '
@@ -333,7 +333,19 @@ class RunSettings:
     1, 'Evaluate every N rounds (and the last).', check=_INT1
   )
   checkpoint_every: int = _setting(
-    10, 'Checkpoint every N rounds (and the last).', check=_INT1
+    10,
+    'Checkpoint every N rounds (and the last). Rounds are released '
+    '(metrics.csv, TensorBoard, progress lines) N at a time, once the '
+    'checkpoint that covers them is on disk.',
+    check=_INT1,
+  )
+  keep_checkpoints: bool = _setting(
+    False,
+    "Keep the run's secret state (secret/checkpoints/: the learning "
+    'state, the ledger, the noise and client-sampling RNG state) after the '
+    'run finishes. Default: deleted once the final outputs are written, so '
+    'that the run folder holds only what may be released.',
+    execution_only=True,
   )
   background_evaluation: bool = _setting(
     True,
@@ -375,7 +387,7 @@ class RunSettings:
   )
   download: bool = _setting(
     True,
-    'When the task\'s data is not found locally, download its canonical '
+    "When the task's data is not found locally, download its canonical "
     'public source into the Keras cache ($KERAS_HOME/datasets, default '
     '~/.keras/datasets), checksum-verified, as tf.keras.datasets does. '
     '--nodownload (or TFF_DP_NO_DOWNLOAD=1) forbids it: a missing dataset '
@@ -384,8 +396,8 @@ class RunSettings:
   )
   output_dir: Optional[str] = _setting(
     None,
-    'Where metrics.csv, tensorboard/, checkpoints/ and summary.json go; '
-    'rerunning resumes from it.',
+    'Where metrics.csv, tensorboard/, summary.json and the secret '
+    'checkpoints (secret/checkpoints/) go; rerunning resumes from it.',
     flag_name='root_output_dir',
   )
   task_kwargs: tuple[tuple[str, Any], ...] = _setting(
