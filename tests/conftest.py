@@ -1,7 +1,9 @@
 """Test-wide setup: quiet TF logs, the real data, no leftover worker_binary,
 no download but from a local server."""
 
+import dataclasses
 import functools
+import hashlib
 import http.server
 import os
 import threading
@@ -68,3 +70,30 @@ def local_server(tmp_path):
   yield root, f'http://127.0.0.1:{httpd.server_address[1]}/'
   httpd.shutdown()
   httpd.server_close()
+
+
+@pytest.fixture
+def serve_source(local_server):
+  """`serve(source, payloads, served=None)`: serves `payloads` (file name
+  -> bytes) on `local_server` and returns `source` (a
+  `tff_dp.tasks.download.Source`) pointed there, each file's digest and
+  size those of its payload; `served` (name -> bytes) serves other bytes
+  under a name, with the payload's digest still pinned (a corrupted copy)."""
+  folder, base = local_server
+
+  def serve(source, payloads, served=None):
+    files = []
+    for remote in source.files:
+      data = payloads[remote.name]
+      (folder / remote.name).write_bytes((served or {}).get(remote.name, data))
+      files.append(
+        dataclasses.replace(
+          remote,
+          url=base + remote.name,
+          digest=hashlib.new(remote.algorithm, data).hexdigest(),
+          size=len(data),
+        )
+      )
+    return dataclasses.replace(source, files=tuple(files))
+
+  return serve

@@ -1,6 +1,7 @@
 """Downloads against a local HTTP server on 127.0.0.1 (never the internet).
 
-The server (`local_server`, tests/conftest.py) serves tiny files in each
+The server (`local_server` and `serve_source`, tests/conftest.py) serves
+tiny files in each
 source's own format (gzipped IDX for Fashion-MNIST, the pickled-batch
 tarball for CIFAR-10; TFF's EMNIST SQLite in tests/tasks/emnist_test.py);
 the loaders' sources are pointed at it with the tiny files' digests.
@@ -8,7 +9,6 @@ the loaders' sources are pointed at it with the tiny files' digests.
 
 import dataclasses
 import gzip
-import hashlib
 import io
 import pickle
 import socket
@@ -43,7 +43,7 @@ def _idx_gz(array) -> bytes:
   return gzip.compress(header + array.astype(np.uint8).tobytes(), mtime=0)
 
 
-def _fashion(served, base, monkeypatch, corrupt=None):
+def _fashion(serve_source, monkeypatch, corrupt=None):
   """Serves a tiny Fashion-MNIST; points the loader at it. Returns arrays.
 
   `corrupt`: a file name and a function of its bytes, served instead of
@@ -56,25 +56,16 @@ def _fashion(served, base, monkeypatch, corrupt=None):
     rng.integers(0, 256, (5, 28, 28)),
     rng.integers(0, 10, 5),
   )
-  files = []
-  for remote, array in zip(fashion_mnist.REMOTE.files, arrays):
-    data = _idx_gz(array)
-    served_data = data
-    if corrupt is not None and corrupt[0] == remote.name:
-      served_data = corrupt[1](data)
-    (served / remote.name).write_bytes(served_data)
-    files.append(
-      dataclasses.replace(
-        remote,
-        url=base + remote.name,
-        digest=hashlib.md5(data).hexdigest(),
-        size=len(data),
-      )
-    )
+  payloads = {
+    f.name: _idx_gz(a) for f, a in zip(fashion_mnist.REMOTE.files, arrays)
+  }
+  served = None
+  if corrupt is not None:
+    served = {corrupt[0]: corrupt[1](payloads[corrupt[0]])}
   monkeypatch.setattr(
     fashion_mnist,
     'REMOTE',
-    dataclasses.replace(fashion_mnist.REMOTE, files=tuple(files)),
+    serve_source(fashion_mnist.REMOTE, payloads, served),
   )
   return arrays
 
@@ -85,10 +76,10 @@ def _cache_entries(isolated):
 
 
 def test_fashion_mnist_download_lands_in_the_cache_and_loads(
-  isolated, local_server, monkeypatch
+  isolated, local_server, serve_source, monkeypatch
 ):
-  served, base = local_server
-  expected = _fashion(served, base, monkeypatch)
+  served, _ = local_server
+  expected = _fashion(serve_source, monkeypatch)
   got = fashion_mnist.load_arrays(isolated / 'empty')
   for g, e in zip(got, expected):
     np.testing.assert_array_equal(g, e)
@@ -115,11 +106,11 @@ def test_fashion_mnist_download_lands_in_the_cache_and_loads(
   ids=['truncated', 'corrupted'],
 )
 def test_a_bad_file_is_refused_by_its_checksum_and_nothing_is_cached(
-  isolated, local_server, monkeypatch, corrupt
+  isolated, local_server, serve_source, monkeypatch, corrupt
 ):
-  served, base = local_server
+  _, base = local_server
   name = 'train-images-idx3-ubyte.gz'
-  _fashion(served, base, monkeypatch, corrupt=(name, corrupt))
+  _fashion(serve_source, monkeypatch, corrupt=(name, corrupt))
   with pytest.raises(download.DownloadError) as e:
     fashion_mnist.load_arrays(isolated / 'empty')
   message = str(e.value)
@@ -178,10 +169,10 @@ def test_nodownload_and_the_environment_forbid_it(isolated, monkeypatch):
 
 
 def test_a_verified_file_in_the_cache_is_not_fetched_again(
-  isolated, local_server, monkeypatch
+  isolated, local_server, serve_source, monkeypatch
 ):
-  served, base = local_server
-  _fashion(served, base, monkeypatch)
+  served, _ = local_server
+  _fashion(serve_source, monkeypatch)
   folder = isolated / 'keras' / 'fashion-mnist'
   folder.mkdir(parents=True)
   kept = fashion_mnist.REMOTE.files[0]
@@ -195,9 +186,8 @@ def test_a_verified_file_in_the_cache_is_not_fetched_again(
 
 
 def test_cifar10_download_unpacks_the_batches_into_the_cache(
-  isolated, local_server, monkeypatch
+  isolated, serve_source, monkeypatch
 ):
-  served, base = local_server
   rng = np.random.default_rng(1)
   buf = io.BytesIO()
   batches = {}
@@ -210,23 +200,10 @@ def test_cifar10_download_unpacks_the_batches_into_the_cache(
       info = tarfile.TarInfo(f'cifar-10-batches-py/{name}')
       info.size = len(blob)
       tar.addfile(info, io.BytesIO(blob))
-  archive = buf.getvalue()
-  (served / 'cifar-10-python.tar.gz').write_bytes(archive)
-  (remote,) = cifar10.REMOTE.files
   monkeypatch.setattr(
     cifar10,
     'REMOTE',
-    dataclasses.replace(
-      cifar10.REMOTE,
-      files=(
-        dataclasses.replace(
-          remote,
-          url=base + remote.name,
-          digest=hashlib.sha256(archive).hexdigest(),
-          size=len(archive),
-        ),
-      ),
-    ),
+    serve_source(cifar10.REMOTE, {'cifar-10-python.tar.gz': buf.getvalue()}),
   )
   x_tr, y_tr, x_te, y_te = cifar10.load_arrays(isolated / 'empty')
   assert x_tr.shape == (20, 32, 32, 3) and x_te.shape == (4, 32, 32, 3)

@@ -173,28 +173,20 @@ def isolated(tmp_path, monkeypatch):
   return tmp_path
 
 
-def _serve_tff_emnist(served, base, monkeypatch, unpacked_sha256=None):
+def _serve_tff_emnist(serve_source, monkeypatch, workdir, unpacked_sha256=None):
   """Serves a tiny `emnist_all.sqlite.lzma`; returns the sqlite's bytes."""
-  sqlite_path = served / 'build.sqlite'
+  sqlite_path = workdir / 'build.sqlite'
   _write_tff_sqlite(sqlite_path)
   raw = sqlite_path.read_bytes()
   sqlite_path.unlink()
-  packed = lzma.compress(raw)
-  (served / 'emnist_all.sqlite.lzma').write_bytes(packed)
-  (remote,) = emnist.REMOTE.files
+  source = serve_source(
+    emnist.REMOTE, {'emnist_all.sqlite.lzma': lzma.compress(raw)}
+  )
   monkeypatch.setattr(
     emnist,
     'REMOTE',
     dataclasses.replace(
-      emnist.REMOTE,
-      files=(
-        dataclasses.replace(
-          remote,
-          url=base + remote.name,
-          digest=hashlib.sha256(packed).hexdigest(),
-          size=len(packed),
-        ),
-      ),
+      source,
       unlzma=download.Unpacked(
         'emnist_all.sqlite',
         unpacked_sha256 or hashlib.sha256(raw).hexdigest(),
@@ -206,10 +198,9 @@ def _serve_tff_emnist(served, base, monkeypatch, unpacked_sha256=None):
 
 
 def test_tff_emnist_download_decompresses_into_tffs_cache(
-  isolated, local_server, monkeypatch
+  isolated, serve_source, monkeypatch
 ):
-  served, base = local_server
-  raw = _serve_tff_emnist(served, base, monkeypatch)
+  raw = _serve_tff_emnist(serve_source, monkeypatch, isolated)
   task = emnist.load_emnist(isolated / 'empty', source='tff')
   assert task.train_data.client_ids == ['f0001_01', 'f0002_02']
   # Where tff.simulation.datasets.emnist.load_data() looks; the archive is
@@ -221,10 +212,9 @@ def test_tff_emnist_download_decompresses_into_tffs_cache(
 
 
 def test_tff_emnist_that_decompresses_wrong_is_not_cached(
-  isolated, local_server, monkeypatch
+  isolated, serve_source, monkeypatch
 ):
-  served, base = local_server
-  _serve_tff_emnist(served, base, monkeypatch, unpacked_sha256='0' * 64)
+  _serve_tff_emnist(serve_source, monkeypatch, isolated, '0' * 64)
   with pytest.raises(download.DownloadError) as e:
     emnist.load_emnist(isolated / 'empty', source='tff')
   message = str(e.value)

@@ -156,41 +156,27 @@ def isolated(tmp_path, monkeypatch):
   return tmp_path
 
 
-def _serve_heart(served, base, monkeypatch, rows_per_site=12):
+def _serve_heart(serve_source, monkeypatch, rows_per_site=12):
   """Serves four tiny `processed.*.data` files in UCI's format."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  import hashlib  # pylint: disable=g-import-not-at-top
-
   rng = np.random.default_rng(3)
-  files = []
+  payloads = {}
   for remote, site in zip(medical.HEART_REMOTE.files, medical.HEART_SITES):
     rows = []
     for i in range(rows_per_site):
       values = [str(int(v)) for v in rng.integers(1, 200, 13)]
       values[4 if site == 'switzerland' else 11] = '?'
       rows.append(','.join(values + [str(i % 3)]))
-    data = ('\n'.join(rows) + '\n').encode()
-    (served / remote.name).write_bytes(data)
-    files.append(
-      dataclasses.replace(
-        remote,
-        url=base + remote.name,
-        digest=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-      )
-    )
+    payloads[remote.name] = ('\n'.join(rows) + '\n').encode()
   monkeypatch.setattr(
-    medical,
-    'HEART_REMOTE',
-    dataclasses.replace(medical.HEART_REMOTE, files=tuple(files)),
+    medical, 'HEART_REMOTE', serve_source(medical.HEART_REMOTE, payloads)
   )
 
 
 def test_heart_disease_download_builds_the_csv_in_the_cache(
-  isolated, local_server, monkeypatch
+  isolated, local_server, serve_source, monkeypatch
 ):
-  served, base = local_server
-  _serve_heart(served, base, monkeypatch)
+  served, _ = local_server
+  _serve_heart(serve_source, monkeypatch)
   first_row = (served / 'processed.hungarian.data').read_text().split('\n')[0]
   monkeypatch.setattr(medical, 'HEART_CSV_SHA256', None)
   task = medical.load_heart_disease(isolated / 'empty')
@@ -213,12 +199,11 @@ def test_heart_disease_download_builds_the_csv_in_the_cache(
 
 
 def test_heart_csv_that_is_not_the_pinned_one_is_refused(
-  isolated, local_server, monkeypatch
+  isolated, serve_source, monkeypatch
 ):
   from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
 
-  served, base = local_server
-  _serve_heart(served, base, monkeypatch)
+  _serve_heart(serve_source, monkeypatch)
   with pytest.raises(download.DownloadError) as e:
     medical.load_heart_disease(isolated / 'empty')
   message = str(e.value)
@@ -343,12 +328,12 @@ def test_physionet_file_not_matching_its_published_sum_is_refused(
 
 
 def test_uci_files_placed_by_hand_serve_with_downloads_off(
-  isolated, local_server, monkeypatch
+  isolated, local_server, serve_source, monkeypatch
 ):
   from tff_dp.tasks import download  # pylint: disable=g-import-not-at-top
 
-  served, base = local_server
-  _serve_heart(served, base, monkeypatch)
+  served, _ = local_server
+  _serve_heart(serve_source, monkeypatch)
   folder = isolated / 'cache' / 'uci-heart-disease'
   folder.mkdir(parents=True)
   for f in medical.HEART_REMOTE.files:
