@@ -262,7 +262,7 @@ def _test_build(directory: str) -> str:
     rel = path.relative_to(ROOT).as_posix()
     deps = set(_labels(_imports(path))) | set(_TEST_DEPS.get(rel, []))
     for label in _TEST_DATA.get(rel, []):
-      if label.endswith('.md'):  # The test runs its Python blocks.
+      if label in _DOC_EXAMPLES:  # The test runs their Python blocks.
         deps |= set(_labels(_imports(ROOT / label.replace('//:', ''))))
     out.append(
       '\ntff_dp_test(\n'
