@@ -164,10 +164,11 @@ class RunFiles:
     """The run folder's files: TensorBoard events of `new` (rounds not
     released before), then metrics.csv rewritten with `rows` (every round
     so far); the columns the ledger covers only."""
-    if self.output_dir is None or not new:
+    if self.output_dir is None or not rows:
       return
     d = self.output_dir
-    self._writers[d].write([self.split(r)[0] for r in new])
+    if new:
+      self._writers[d].write([self.split(r)[0] for r in new])
     write_csv(d / 'metrics.csv', [self.split(r)[0] for r in rows])
 
   def split_summary(self, summary: dict) -> tuple[dict, dict]:
@@ -315,6 +316,11 @@ def released_rounds(output_dir: pathlib.Path) -> tuple[int, list[str]]:
   return last, files
 
 
+def last_event_round(output_dir: pathlib.Path) -> int:
+  """The last round of the run folder's TensorBoard events, 0 if none."""
+  return max(_tensorboard_steps(output_dir / 'tensorboard'), default=0)
+
+
 def checkpoint_dir(output_dir: pathlib.Path) -> pathlib.Path:
   """The run's checkpoint folder, `CHECKPOINT_DIR`, in a `SECRET_DIR` made
   owner-only; a run's `LEGACY_CHECKPOINT_DIR` (from before the secret
@@ -405,12 +411,16 @@ def flatten(prefix: str, value, out: dict) -> None:
     out[prefix] = float(value)
 
 
-async def load_latest_readable(manager, structure):
+async def load_latest_readable(manager, structure, released: int = 0):
   """`(state, version)` of the newest checkpoint that loads, or `(None, 0)`.
 
-  A checkpoint that fails to load (truncated or corrupt files) is logged,
-  renamed to `corrupt_<name>` (so its version can be written again) and
-  skipped for the one before it.
+  A checkpoint that fails to load is logged and skipped for the one before
+  it. One of a round after `released` (the last round the run folder has
+  released: a checkpoint torn while written, before its release) is also
+  renamed to `corrupt_<name>`, so its version can be written again. One of
+  a released round is left as it is: the run then refuses to go on
+  (`training`), and a rerun once a passing cause (memory, a file system)
+  is gone loads it again.
   """
   versions = await manager.get_versions() or []
   for version in sorted(versions, reverse=True):
@@ -424,7 +434,8 @@ async def load_latest_readable(manager, structure):
         type(e).__name__,
         e,
       )
-      path.rename(path.with_name(f'corrupt_{path.name}'))
+      if version > released:
+        path.rename(path.with_name(f'corrupt_{path.name}'))
   return None, 0
 
 

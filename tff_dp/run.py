@@ -16,6 +16,7 @@ flags, data not found) prints one line on stderr, `tff_dp.run: error:
 <message>`, and exits with status 2 (1 for data not found).
 """
 
+import math
 import os
 import sys
 import typing
@@ -199,9 +200,12 @@ def final_line(summary: dict) -> str:
   final = '  '.join(f'{k} {v:.4f}' for k, v in summary['final'].items())
   eps = ''
   if summary['epsilon_rdp'] is not None:
+    pld = summary['epsilon_pld']
+    # No PLD epsilon for this sampling (the summary says why).
+    pld = '' if pld is None or math.isnan(pld) else f' {pld:.3f} (PLD)'
     eps = (
-      f"  epsilon {summary['epsilon_rdp']:.3f} (RDP) "
-      f"{summary['epsilon_pld']:.3f} (PLD) at delta {summary['delta']:g}"
+      f"  epsilon {summary['epsilon_rdp']:.3f} (RDP){pld} at delta "
+      f"{summary['delta']:g}"
     )
   return f'final: {final}{eps}'
 

@@ -276,9 +276,10 @@ def _restore(config, prepared, output_dir) -> _Progress:
     keep_total=2,
     keep_first=False,
   )
+  released, _ = outputs.released_rounds(output_dir)
   restored, version = asyncio.run(
     outputs.load_latest_readable(
-      progress.manager, (progress.state, np.str_(''))
+      progress.manager, (progress.state, np.str_('')), released
     )
   )
   # Before anything in the folder changes.
@@ -309,9 +310,11 @@ def _restore(config, prepared, output_dir) -> _Progress:
   outputs.atomic_write(
     output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
   )
-  # Rounds checkpointed but not yet released (a stop between the two).
-  released, _ = outputs.released_rounds(output_dir)
-  progress.pending = [r for r in progress.rows if r['round'] > released]
+  # Rounds checkpointed but not yet released (a stop between the two, or
+  # inside the release, after the events and before metrics.csv): the
+  # events the folder lacks, and metrics.csv rewritten with every row.
+  events_last = outputs.last_event_round(output_dir)
+  progress.pending = [r for r in progress.rows if r['round'] > events_last]
   _release(config, progress)
   return progress
 

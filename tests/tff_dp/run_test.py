@@ -329,5 +329,10 @@ def test_the_final_line():
   assert run.final_line(summary) == (
     'final: accuracy 0.5000  epsilon 1.235 (RDP) 1.100 (PLD) at delta 1e-05'
   )
+  # Fixed-size sampling: no PLD epsilon (NaN), so none is printed.
+  summary['epsilon_pld'] = float('nan')
+  assert run.final_line(summary) == (
+    'final: accuracy 0.5000  epsilon 1.235 (RDP) at delta 1e-05'
+  )
   summary['epsilon_rdp'] = None
   assert run.final_line(summary) == 'final: accuracy 0.5000'

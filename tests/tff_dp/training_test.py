@@ -615,6 +615,11 @@ def test_released_rounds_that_no_checkpoint_covers_are_refused(
   assert str(tmp_path / 'run' / 'metrics.csv') in message
   assert 'newest readable checkpoint is of round 3' in message
   assert 'new --root_output_dir' in message
+  # The released round's checkpoint is kept as it is (a rerun once a
+  # passing cause is gone loads it), and the run is refused again.
+  assert sorted(p.name for p in ckpt.iterdir()) == ['round_3', 'round_4']
+  with pytest.raises(training.ConfigError, match='results of round 4 '):
+    training.run_experiment(config)
   # No checkpoint at all (deleted, or every one unreadable): rounds 1-4.
   shutil.rmtree(tmp_path / 'run' / outputs.SECRET_DIR)
   with pytest.raises(training.ConfigError, match='results of rounds 1-4 '):
@@ -690,6 +695,39 @@ def test_a_crash_between_checkpoints_releases_no_round_past_the_last(
   assert [(r['round'], r['train_loss'], r['epsilon_rdp']) for r in a] == [
     (r['round'], r['train_loss'], r['epsilon_rdp']) for r in b
   ]
+  assert sorted(e.step for e in _tensorboard_events(run_dir)) == [1, 2, 3, 4]
+
+
+def test_a_stop_inside_the_last_release_is_completed_on_rerun(
+  tmp_path, reference, monkeypatch
+):
+  # Stopped after round 4's events were written but before metrics.csv
+  # was: the rerun writes the missing rows, no event twice, and trains
+  # nothing again.
+  write_csv = outputs.write_csv
+
+  def stop_at_round_4(path, rows):
+    if rows and rows[-1]['round'] == 4 and path.parent == tmp_path / 'run':
+      raise _Interrupt()
+    write_csv(path, rows)
+
+  config = _config(tmp_path, 'run', checkpoint_every=2)
+  monkeypatch.setattr(outputs, 'write_csv', stop_at_round_4)
+  with pytest.raises(_Interrupt):
+    training.run_experiment(config)
+  run_dir = tmp_path / 'run'
+  assert [r['round'] for r in _read_csv(run_dir / 'metrics.csv')] == [
+    '1',
+    '2',
+  ]
+  assert sorted(e.step for e in _tensorboard_events(run_dir)) == [1, 2, 3, 4]
+  monkeypatch.setattr(outputs, 'write_csv', write_csv)
+  summary = training.run_experiment(config)
+  assert summary['first_round_this_invocation'] == 5  # Nothing trained.
+  reference_dir, _ = reference
+  assert (run_dir / 'metrics.csv').read_text() == (
+    reference_dir / 'metrics.csv'
+  ).read_text()
   assert sorted(e.step for e in _tensorboard_events(run_dir)) == [1, 2, 3, 4]
 
 
