@@ -177,11 +177,8 @@ def _megabytes(size: Optional[int]) -> str:
 
 
 def _digest(path: pathlib.Path, algorithm: str) -> str:
-  digest = hashlib.new(algorithm)
   with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      digest.update(block)
-  return digest.hexdigest()
+    return hashlib.file_digest(f, algorithm).hexdigest()
 
 
 def _verified(path: pathlib.Path, remote: RemoteFile) -> bool:
