@@ -28,7 +28,7 @@ $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.tx
 # system's if it has one, else Debian's libjemalloc2 unpacked into the
 # venv's lib/ (no root needed). Without either the worker runs on glibc
 # malloc, and its memory climbs over long runs. The paths are
-# tff_dp.contexts.JEMALLOC_PATHS.
+# tff_dp.runtime.contexts.JEMALLOC_PATHS.
 JEMALLOC_PATHS := $(VENV)/lib/libjemalloc.so.2 \
   /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 \
   /usr/local/lib/libjemalloc.so.2

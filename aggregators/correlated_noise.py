@@ -16,7 +16,7 @@ both use, and that DPSFL's sketch-space noise uses too.
 DpEvent: `MatrixFactorizationDpEvent(stddev / l2_norm_clip, strategy)`, one
 per round. It is not a per-round guarantee: the rounds are one Gaussian
 mechanism together, and only the whole run has an epsilon, computed by
-`tff_dp.mf_accounting` from the number of rounds, the strategy and the
+`tff_dp.privacy.correlated` from the number of rounds, the strategy and the
 participation schema (`tff_dp.privacy` refuses to compose these events as
 if independent).
 """

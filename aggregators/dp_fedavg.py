@@ -75,7 +75,7 @@ class CorrelatedDPFactory(DPFactory):
   state, so it is built in `create` from the value type; everything else
   is `DPFactory`'s contract, with the round's event a
   `correlated_noise.MatrixFactorizationDpEvent`, accounted over the whole
-  run by `tff_dp.mf_accounting`. Built by `gaussian_fixed(...,
+  run by `tff_dp.privacy.correlated`. Built by `gaussian_fixed(...,
   noise=strategy)`.
   """
 
@@ -223,7 +223,7 @@ def gaussian_fixed(
       `mf_strategy.Strategy` (`optimize_banded`, `optimize_blt`): noise
       correlated across rounds, `noise_multiplier * clip * (C^-1 w)_t`
       (`CorrelatedDPFactory`); the run must then be accounted with a
-      cyclic participation schema (`tff_dp.mf_accounting`). Not with
+      cyclic participation schema (`tff_dp.privacy.correlated`). Not with
       `clipped_fraction_stddev`.
     record_aggregation_factory: Inner sum (default `tff.aggregators.
       SumFactory`); `tff.aggregators.SecureSumFactory` for secure sum.

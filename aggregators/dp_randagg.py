@@ -293,7 +293,7 @@ class DPRandAggFactory(
       `dp_randagg_r16_banded_mf_180` row and the projected column of
       `benchmarks/results/correlated_noise_plan.md` measure it). The round's
       event is then `correlated_noise.MatrixFactorizationDpEvent(z,
-      strategy)`, accounted over the run by `tff_dp.mf_accounting`.
+      strategy)`, accounted over the run by `tff_dp.privacy.correlated`.
 
   Raises:
     ValueError: At construction, on a bad argument, naming it and its

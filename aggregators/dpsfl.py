@@ -309,7 +309,7 @@ class SketchAggregatorFactory(
       `server.noise_memory` holding the past; the events become
       `MatrixFactorizationDpEvent`s of that strategy, merged by the ledger
       as Gaussians are (`tff_dp.privacy.merge_gaussians`) and accounted over
-      the run by `tff_dp.mf_accounting`.
+      the run by `tff_dp.privacy.correlated`.
 
   Raises:
     ValueError: At construction, on a bad argument, naming it and its

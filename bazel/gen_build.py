@@ -44,6 +44,10 @@ PACKAGE_DIRS = {
   'tff_dp': 'tff_dp',
   'tff_dp.client_works': 'tff_dp/client_works',
   'tff_dp.methods': 'tff_dp/methods',
+  'tff_dp.job': 'tff_dp/job',
+  'tff_dp.runtime': 'tff_dp/runtime',
+  'tff_dp.reporting': 'tff_dp/reporting',
+  'tff_dp.privacy': 'tff_dp/privacy',
   'tff_dp.aggregators': 'aggregators',
   'tff_dp.tasks': 'tasks',
   'benchmarks': 'benchmarks',
@@ -59,12 +63,16 @@ TEST_DIRS = (
   'tests/tff_dp',
   'tests/tff_dp/client_works',
   'tests/tff_dp/methods',
+  'tests/tff_dp/job',
+  'tests/tff_dp/runtime',
+  'tests/tff_dp/reporting',
+  'tests/tff_dp/privacy',
 )
 # What a test needs beyond its imports: modules its subprocesses run
 # (deps), and repository files it reads (data).
 _TEST_DEPS = {
-  'tests/tff_dp/training_test.py': ['//tff_dp:run'],
-  'tests/tff_dp/processes_test.py': ['//tff_dp:run'],
+  'tests/tff_dp/job/training_test.py': ['//tff_dp:run'],
+  'tests/tff_dp/runtime/processes_test.py': ['//tff_dp:run'],
   'tests/aggregators/ddgauss_test.py': ['//tff_dp:run'],
   'tests/benchmarks/job_watch_test.py': ['//tff_dp:run'],
   'tests/benchmarks/studies_test.py': ['//tff_dp:run'],

@@ -2,7 +2,8 @@
 
 For each regime (a study's rounds, sampling rate, epsilon and delta), each
 strategy the runner can choose: the noise multiplier z calibrated to the
-target (RDP, `tff_dp.mf_accounting.calibrate`), the per-round noise
+target (RDP, `tff_dp.privacy.calibration.calibrate_correlated`), the
+per-round noise
 multiplier of the release (`z * ||C^-1 row||`, what one round's update
 sees), and the expected workload error (`mf_strategy.expected_error` times
 z^2: the mean squared noise of the model trajectory under server SGD, per
@@ -22,8 +23,8 @@ import time
 import numpy as np
 
 from benchmarks import results_table
-from tff_dp import mf_accounting
-from tff_dp import noise_plan
+from tff_dp import privacy
+from tff_dp.job import noise_plan
 from tff_dp.aggregators import mf_strategy
 
 OUT = pathlib.Path(__file__).parent / 'results' / 'correlated_noise_plan.md'
@@ -118,7 +119,7 @@ def _row(regime, strategy, participation, z, rounds, groups, base):
 def rows() -> dict:
   out = {}
   for regime, (rounds, rate, eps, delta, momentum) in REGIMES.items():
-    choices = mf_accounting.choose_bands(
+    choices = privacy.calibration.choose_bands(
       noise_plan.AUTO_BANDS,
       rounds=rounds,
       rate=rate,
@@ -137,8 +138,8 @@ def rows() -> dict:
       )
     )
     for c in sorted(choices, key=lambda c: c.bands):
-      participation = mf_accounting.Participation(
-        c.bands, mf_accounting.group_rate(rate, c.bands)
+      participation = privacy.Participation(
+        c.bands, privacy.group_rate(rate, c.bands)
       )
       out[f'{regime} banded {c.bands:02d}'] = _row(
         regime,
@@ -154,8 +155,10 @@ def rows() -> dict:
         continue
       k = math.ceil(rounds / groups)
       strategy = mf_strategy.optimize_blt(2, rounds, momentum, groups, k)
-      participation = mf_accounting.Participation(groups)
-      z = mf_accounting.calibrate(strategy, eps, delta, rounds, participation)
+      participation = privacy.Participation(groups)
+      z = privacy.calibration.calibrate_correlated(
+        strategy, eps, delta, rounds, participation
+      )
       out[f'{regime} blt {groups}'] = _row(
         regime, strategy, participation, z, rounds, groups, base
       )

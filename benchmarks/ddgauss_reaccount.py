@@ -23,7 +23,7 @@ import re
 import shlex
 
 from benchmarks import results_table
-from tff_dp import plot
+from tff_dp.reporting import plot
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
 

@@ -1,7 +1,8 @@
 """Runs `python -m tff_dp.run` as a user would and samples it every round.
 
 The job runs in its own process (killed with this one: see
-`tff_dp.processes.popen_dying_with_parent`), its log in `<run_dir>/job.log`.
+`tff_dp.runtime.processes.popen_dying_with_parent`), its log in
+`<run_dir>/job.log`.
 Each time its `non_private/metrics.csv` gains a row (it runs with
 --release_non_private_metrics), the resident memory of the job's
 Python process and of its TFF `worker_binary` is recorded with the row's
@@ -23,7 +24,7 @@ import time
 from typing import Optional, Sequence
 
 from benchmarks import rss
-from tff_dp import processes
+from tff_dp.runtime import processes
 
 
 @dataclasses.dataclass

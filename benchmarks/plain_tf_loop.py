@@ -45,7 +45,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
 from benchmarks import rss  # noqa: E402
-from tff_dp import contexts  # noqa: E402
+from tff_dp.runtime import contexts  # noqa: E402
 from tff_dp import tasks  # noqa: E402
 from tff_dp.tasks import task as task_lib  # noqa: E402
 

@@ -4,7 +4,7 @@ Each DP method's aggregator, built by its registry entry as the runner
 builds it (behind the finite guard), runs with canary clients only, at
 noise multiplier `--noise_multiplier` and clip 1, with canaries of norm
 `--canary_ratio` times the clip (a mechanism that does not clip shifts
-them that many times as far as its ledger allows). `tff_dp.audit`
+them that many times as far as its ledger allows). `tff_dp.reporting.audit`
 estimates mu and epsilon from the releases, with one-sided bounds at
 level `--confidence` each (`mu lower`, `mu upper`; together a 90%
 interval at 0.95). Each round's DP event is read the way the runner reads
@@ -40,7 +40,7 @@ post-processing. CMP-Fed's final delta U V^T projected on a canary is its
 phase-2 payload's projection (canaries at 3 x the clip reach phase 2's
 clip); phase 1's release is not audited on its own, so CMP-Fed audits at
 about 1/sqrt(2) of its ledger's mu. `noise reuse` is
-`tff_dp.audit.noise_reuse_check` on the same aggregator and probe:
+`tff_dp.reporting.audit.noise_reuse_check` on the same aggregator and probe:
 `--rounds` rounds, each with its own canaries that take part in that
 round only; the releases off the canaries' span must be uncorrelated
 between rounds (`reuse z`: the largest |z| over round pairs, against its
@@ -75,8 +75,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from benchmarks import results_table
-from tff_dp import audit
-from tff_dp import contexts
+from tff_dp.reporting import audit
+from tff_dp.runtime import contexts
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
 from tff_dp.aggregators import count_sketch

@@ -11,7 +11,7 @@ rewrites the row's command so it reruns what ran: the recorded multiplier
 instead of `--target_epsilon` (which today calibrates more noise), and
 `--noise_seed` equal to its `--seed` (the noise and cohorts it drew then).
 2. Labels. Every row gets `tuning outside ledger`: what its run chose from
-client data outside the ledger, as `tff_dp.outputs.tuning_outside_ledger`
+client data outside the ledger, as `tff_dp.job.outputs.tuning_outside_ledger`
 states it in a run's summary (clips taken from other runs, the medical
 tasks' preprocessing, FL-TOP's public batch).
 
@@ -33,8 +33,8 @@ from benchmarks import studies
 from tff_dp import methods
 from tff_dp import privacy
 from tff_dp import tasks
-from tff_dp import training
-from tff_dp import outputs
+from tff_dp.job import training
+from tff_dp.job import outputs
 
 RESULTS = pathlib.Path(__file__).parent / 'results'
 OLD = 'epsilon RDP as first reported'

@@ -1,6 +1,6 @@
 r"""Where a round's time goes: one knob at a time.
 
-Times `process.next` for 100 Fashion-MNIST clients as `tff_dp.training`
+Times `process.next` for 100 Fashion-MNIST clients as `tff_dp.job.training`
 builds it, with knobs to isolate the fixed per-client cost of TFF's runtime
 from training compute:
 
@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import rss  # noqa: E402
 from tff_dp import tasks  # noqa: E402
-from tff_dp import training  # noqa: E402
+from tff_dp.job import training  # noqa: E402
 
 _STEPS = flags.DEFINE_integer('local_steps', 10, 'Local steps (batch 10).')
 _MODEL = flags.DEFINE_string('model', 'cnn', 'Fashion-MNIST model.')

@@ -38,7 +38,7 @@ falls on all of them:
                 mean includes the evaluations and checkpoints, and `s per
                 100 clients` normalises each round by its cohort;
   ours          `python -m tff_dp.run`'s process for --method (default
-                dp_fedavg), as `tff_dp.training.prepare` builds it, with
+                dp_fedavg), as `tff_dp.job.training.prepare` builds it, with
                 the stock rows' fixed 100 clients and no diagnostics;
   ours_fused    ours with `--fuse_client_work` (one TF call per client a
                 round through MapReduceForm; bit-identical results);
@@ -100,10 +100,10 @@ from benchmarks import job_watch  # noqa: E402
 from benchmarks import speed_stats  # noqa: E402
 from benchmarks import results_table  # noqa: E402
 from benchmarks import rss  # noqa: E402
-from tff_dp import composition  # noqa: E402
-from tff_dp import contexts  # noqa: E402
+from tff_dp.runtime import composition  # noqa: E402
+from tff_dp.runtime import contexts  # noqa: E402
 from tff_dp import tasks  # noqa: E402
-from tff_dp import training  # noqa: E402
+from tff_dp.job import training  # noqa: E402
 
 _MODE = flags.DEFINE_string(
   'mode', 'all', 'all, or one configuration (a ' 'worker process).'

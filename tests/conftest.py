@@ -15,7 +15,7 @@ os.environ['TFF_DP_NO_DOWNLOAD'] = '1'
 
 import pytest  # noqa: E402
 
-from tff_dp import processes  # noqa: E402
+from tff_dp.runtime import processes  # noqa: E402
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -1,7 +1,11 @@
-"""The library's packages stand alone: aggregators/ and tasks/ (installed as
-tff_dp.aggregators and tff_dp.tasks) import nothing from tff_dp outside
-their own package, and tff_dp/client_works nothing but itself and
-tff_dp.aggregators, so a TFF user can take either without the rest."""
+"""The layers of tff_dp (docs/architecture.md, "Layers"), held here.
+
+Each package imports only the packages below it: aggregators/ and tasks/
+(installed as tff_dp.aggregators and tff_dp.tasks) nothing from tff_dp
+outside themselves, so a TFF user can take either without the rest;
+client_works only the aggregators; the binaries at the top (`run`, `plot`,
+`settings_doc`) may import anything, and nothing imports them.
+"""
 
 import ast
 import pathlib
@@ -9,6 +13,56 @@ import pathlib
 import pytest
 
 _ROOT = pathlib.Path(__file__).absolute().parents[1]
+
+# Package -> its folder and the tff_dp packages it may import (besides
+# itself). Lowest first.
+LAYERS = {
+  'tff_dp.aggregators': ('aggregators', ()),
+  'tff_dp.tasks': ('tasks', ()),
+  'tff_dp.client_works': ('tff_dp/client_works', ('tff_dp.aggregators',)),
+  'tff_dp.privacy': ('tff_dp/privacy', ('tff_dp.aggregators',)),
+  'tff_dp.runtime': (
+    'tff_dp/runtime',
+    ('tff_dp.aggregators', 'tff_dp.tasks', 'tff_dp.client_works'),
+  ),
+  'tff_dp.methods': (
+    'tff_dp/methods',
+    (
+      'tff_dp.aggregators',
+      'tff_dp.tasks',
+      'tff_dp.client_works',
+      'tff_dp.privacy',
+    ),
+  ),
+  'tff_dp.job': (
+    'tff_dp/job',
+    (
+      'tff_dp.aggregators',
+      'tff_dp.tasks',
+      'tff_dp.client_works',
+      'tff_dp.privacy',
+      'tff_dp.runtime',
+      'tff_dp.methods',
+    ),
+  ),
+  'tff_dp.reporting': (
+    'tff_dp/reporting',
+    (
+      'tff_dp.aggregators',
+      'tff_dp.tasks',
+      'tff_dp.client_works',
+      'tff_dp.privacy',
+      'tff_dp.runtime',
+      'tff_dp.methods',
+      'tff_dp.job',
+    ),
+  ),
+}
+# The modules at tff_dp's top level: the binaries (and the package's
+# __init__, which imports only tff_dp.runtime.processes for its atexit
+# cleanup).
+BINARIES = ('plot.py', 'run.py', 'settings_doc.py')
+MAX_TOP_LEVEL_MODULES = 8
 
 
 def _tff_dp_imports(path: pathlib.Path) -> list[str]:
@@ -18,38 +72,62 @@ def _tff_dp_imports(path: pathlib.Path) -> list[str]:
       found += [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
       found += [f'{node.module}.{a.name}' for a in node.names]
-  return [name for name in found if name.split('.')[0] == 'tff_dp']
+  # The bare package (`import tff_dp`, for its folder) is not a layer.
+  return [n for n in found if n.split('.')[0] == 'tff_dp' and n != 'tff_dp']
 
 
-@pytest.mark.parametrize('package', ['aggregators', 'tasks'])
-def test_package_imports_only_itself_from_tff_dp(package):
-  files = sorted((_ROOT / package).glob('*.py'))
+def _within(name: str, packages) -> bool:
+  return any(name == p or name.startswith(p + '.') for p in packages)
+
+
+@pytest.mark.parametrize('package', sorted(LAYERS))
+def test_a_package_imports_only_the_layers_below_it(package):
+  folder, allowed = LAYERS[package]
+  files = sorted((_ROOT / folder).glob('*.py'))
   assert files
   outside = {
     f'{path.name}: {name}'
     for path in files
     for name in _tff_dp_imports(path)
-    if not name.startswith(f'tff_dp.{package}.')
+    if not _within(name, (package, *allowed))
   }
   assert not outside, sorted(outside)
 
 
-def test_client_works_import_only_themselves_and_the_aggregators():
-  files = sorted((_ROOT / 'tff_dp' / 'client_works').glob('*.py'))
-  assert files
-  allowed = ('tff_dp.client_works.', 'tff_dp.aggregators.')
-  outside = {
-    f'{path.name}: {name}'
-    for path in files
+def test_every_package_of_tff_dp_has_a_layer():
+  packages = {
+    f'tff_dp.{p.parent.name}' for p in (_ROOT / 'tff_dp').glob('*/__init__.py')
+  }
+  assert packages
+  assert packages <= set(LAYERS), sorted(packages - set(LAYERS))
+
+
+def test_the_top_level_holds_only_the_binaries():
+  modules = sorted(
+    p.name for p in (_ROOT / 'tff_dp').glob('*.py') if p.name != '__init__.py'
+  )
+  assert modules == sorted(BINARIES)
+  assert len(modules) <= MAX_TOP_LEVEL_MODULES
+  assert _tff_dp_imports(_ROOT / 'tff_dp' / '__init__.py') == [
+    'tff_dp.runtime.processes'
+  ]
+
+
+def test_nothing_imports_a_binary():
+  binaries = {f'tff_dp.{b.removesuffix(".py")}' for b in BINARIES}
+  importers = {
+    f'{path.relative_to(_ROOT)}: {name}'
+    for folder, _ in LAYERS.values()
+    for path in sorted((_ROOT / folder).glob('*.py'))
     for name in _tff_dp_imports(path)
-    if not name.startswith(allowed)
+    if _within(name, binaries)
   }
-  assert not outside, sorted(outside)
+  assert not importers, sorted(importers)
 
 
 def test_the_config_does_not_import_the_worker_module():
-  names = _tff_dp_imports(_ROOT / 'tff_dp' / 'experiment_config.py')
-  assert 'tff_dp.distributed' not in names
+  names = _tff_dp_imports(_ROOT / 'tff_dp' / 'job' / 'experiment_config.py')
+  assert 'tff_dp.runtime.distributed' not in names
   assert names  # The check reads the module's imports at all.
 
 
@@ -62,3 +140,5 @@ def test_the_check_sees_an_outside_import(tmp_path):
     'tff_dp.selection',
     'tff_dp.aggregators.x',
   ]
+  assert not _within('tff_dp.privacy_x', ('tff_dp.privacy',))
+  assert _within('tff_dp.privacy.events', ('tff_dp.privacy',))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_dp import audit
-from tff_dp import training
+from tff_dp.reporting import audit
+from tff_dp.job import training
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import ddgauss

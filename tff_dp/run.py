@@ -32,7 +32,7 @@ def _method_from_argv(argv) -> str:
   return ''
 
 
-from tff_dp import processes  # noqa: E402  (light: no TensorFlow)
+from tff_dp.runtime import processes  # noqa: E402  (light: no TensorFlow)
 
 # The exit statuses of a refused run (`refusal`): argparse's for a usage
 # error, and 1 for data not found.
@@ -85,7 +85,7 @@ from tff_dp import methods  # noqa: E402
 from tff_dp.methods import options as options_lib  # noqa: E402
 from tff_dp.methods import settings  # noqa: E402
 from tff_dp.tasks import data_dir  # noqa: E402
-from tff_dp import training  # noqa: E402
+from tff_dp.job import training  # noqa: E402
 
 
 def _field_type(field) -> type:

@@ -15,7 +15,7 @@ import pathlib
 import sys
 
 from tff_dp import methods
-from tff_dp import training
+from tff_dp.job import training
 from tff_dp.methods import options as options_lib
 from tff_dp.methods import settings
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import results_table
-from tff_dp import plot
+from tff_dp.reporting import plot
 from tff_dp import privacy
 
 from benchmarks.studies.study import Row

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp import methods
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp import privacy
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import ddgauss

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp import privacy
-from tff_dp import training
+from tff_dp.job import training
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import dp_randagg

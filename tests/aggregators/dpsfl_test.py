@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp import privacy
-from tff_dp import training
+from tff_dp.job import training
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dpsfl

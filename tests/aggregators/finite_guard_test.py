@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import finite_guard
 

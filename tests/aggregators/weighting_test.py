@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg

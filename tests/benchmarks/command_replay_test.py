@@ -58,9 +58,9 @@ from absl import flags
 from absl.testing import flagsaver
 import pytest
 
-from tff_dp import experiment_config
+from tff_dp.job import experiment_config
 from tff_dp import methods
-from tff_dp import outputs
+from tff_dp.job import outputs
 from tff_dp import run
 from tff_dp.aggregators import ddgauss
 

@@ -62,7 +62,7 @@ def _cmp_run(run_dir, noise_seed):
   import numpy as np
 
   from tff_dp import privacy
-  from tff_dp import training
+  from tff_dp.job import training
 
   run_dir.mkdir()
   config = training.ExperimentConfig.create(
@@ -106,7 +106,7 @@ def test_cmp_signal_shares_of_a_run_whose_summary_hides_its_noise_seed(
 def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   # FL-TOP-DP with --clip_from_public_round: --clip is replaced by the
   # public round's update norm, which summary.json records as "clip".
-  from tff_dp import training
+  from tff_dp.job import training
 
   config = training.ExperimentConfig.create(
     method='fl_top_dp', clip=1.0, clip_from_public_round=True
@@ -120,7 +120,7 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
 
 
 def test_a_rows_guarantee_caveat_comes_from_its_summary(tmp_path):
-  from tff_dp import training
+  from tff_dp.job import training
 
   config = training.ExperimentConfig.create(
     method='ddgauss', noise_multiplier=1.0, client_sampling_rate=0.1
@@ -164,8 +164,8 @@ def test_per_client_kb_use_the_runs_own_sampling():
 
 def test_the_study_command_starts():
   """`python -m benchmarks.studies` defines its flags beside those of the
-  modules it imports (tff_dp.plot's once clashed on --rows, and every row
-  of a queued study failed at start)."""
+  modules it imports (the plot module's once clashed on --rows, and every
+  row of a queued study failed at start)."""
   import subprocess
   import sys
 
@@ -257,7 +257,7 @@ def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
 def test_a_finished_rows_small_files_are_kept_for_replotting(
   tmp_path, monkeypatch
 ):
-  from tff_dp import plot
+  from tff_dp.reporting import plot
 
   monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
   run_dir = tmp_path / 'run'
@@ -304,7 +304,7 @@ def test_a_finished_rows_small_files_are_kept_for_replotting(
 def _read_back(tmp_path, monkeypatch, study_name, row_name, method, clip):
   """`run_row` over a fabricated finished run folder under a temporary
   `runs/` (it trains nothing); returns the row and its stored record."""
-  from tff_dp import training
+  from tff_dp.job import training
 
   monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
   monkeypatch.setattr(studies.runner, 'RUNS', tmp_path / 'runs')

@@ -89,7 +89,7 @@ def test_standardize_uses_train_statistics():
 
 
 def test_physionet_server_batch_is_given_to_no_client(shared_data_dir):
-  from tff_dp import public_data  # pylint: disable=g-import-not-at-top
+  from tff_dp.methods import public_data  # pylint: disable=g-import-not-at-top
 
   plain = medical.load_physionet2012(shared_data_dir, clients_per_unit=2)
   task = medical.load_physionet2012(

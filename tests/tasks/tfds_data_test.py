@@ -15,7 +15,7 @@ import pytest
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.utils import gcs_utils
 
-from tff_dp import public_data
+from tff_dp.methods import public_data
 from tff_dp.tasks import cifar10
 from tff_dp.tasks import data_dir
 from tff_dp.tasks import emnist

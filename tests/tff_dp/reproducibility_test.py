@@ -5,8 +5,8 @@ import csv
 import numpy as np
 import pytest
 
-from tff_dp import outputs
-from tff_dp import training
+from tff_dp.job import outputs
+from tff_dp.job import training
 
 
 def _one_round(out, data_dir):

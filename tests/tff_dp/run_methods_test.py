@@ -19,8 +19,8 @@ import sys
 import pytest
 
 from tff_dp import methods
-from tff_dp import preparation
-from tff_dp import training
+from tff_dp.job import preparation
+from tff_dp.job import training
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 

@@ -12,9 +12,9 @@ from absl.testing import flagsaver
 import pytest
 
 from tff_dp import methods
-from tff_dp import noise_seeds
+from tff_dp.job import noise_seeds
 from tff_dp import run
-from tff_dp import training
+from tff_dp.job import training
 from tff_dp.methods import options as options_lib
 from tff_dp.methods import settings
 from tff_dp.tasks import data_dir
@@ -190,7 +190,7 @@ def test_the_builders_params_derive_from_the_declared_settings():
     'num_model_params',
     'expected_clients_per_round',
     'noise_multiplier',
-    # The strategy that --noise resolves to (tff_dp.noise_plan).
+    # The strategy that --noise resolves to (tff_dp.job.noise_plan).
     'noise_strategy',
     'options',
   }

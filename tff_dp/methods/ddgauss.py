@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Optional
 
-from tff_dp import communication
+from tff_dp.methods import communication
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
 from tff_dp.methods import options

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import public_data
+from tff_dp.methods import public_data
 from tff_dp import tasks as tasks_lib
 from tff_dp.client_works import fl_top
 from tff_dp.methods import registry

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Optional
 import dp_accounting
 import tensorflow_federated as tff
 
-from tff_dp import communication
+from tff_dp.methods import communication
 from tff_dp.aggregators import correlated_noise
 from tff_dp.client_works import diagnostics
 from tff_dp.methods import options as options_lib
@@ -95,7 +95,7 @@ MethodParams.__module__ = __name__
 MethodParams.__doc__ = """What a method's builders may depend on.
 
 The run's resolved values (`num_model_params`, `expected_clients_per_round`,
-`noise_multiplier`, `noise_strategy`: `tff_dp.noise_plan`), the run
+`noise_multiplier`, `noise_strategy`: `tff_dp.job.noise_plan`), the run
 settings marked for the builders (`settings.BUILDERS`: the clip, seeds,
 local schedule, public batch and what is released) and `options`: the
 chosen method's own options (`Method.options`), where its setup also puts

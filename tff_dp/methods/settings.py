@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Optional
 
 from tff_dp import privacy
-from tff_dp import public_data
+from tff_dp.methods import public_data
 from tff_dp import tasks as tasks_lib
 from tff_dp.methods import options
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from absl import logging
 
-from tff_dp import communication
+from tff_dp.methods import communication
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dpsfl
 from tff_dp.methods import options

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from tff_dp import communication
-from tff_dp import public_data
+from tff_dp.methods import communication
+from tff_dp.methods import public_data
 from tff_dp.aggregators import dp_randagg
 from tff_dp.client_works import fl_top
 from tff_dp.methods import options

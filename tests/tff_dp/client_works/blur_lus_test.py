@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp.client_works import _local_training
 from tff_dp.client_works import blur
 from tff_dp.client_works import diagnostics
@@ -204,7 +204,7 @@ def test_lus_measures_pre_clip_norms_of_the_sparsified_update(heart):
 def _runner_update_norm(tmp_path, method):
   """The runner's mean pre-clip update norm, one round of `method` at a
   clip (0.05) below the heart MLP's update norms (about 0.2)."""
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import training  # pylint: disable=g-import-not-at-top
 
   summary = training.run_experiment(
     training.ExperimentConfig.create(

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp.aggregators import dp_randagg
 from tff_dp.client_works import fl_top
 from tff_dp.tasks import medical
@@ -89,7 +89,7 @@ def test_bad_k(heart, k):
 
 @pytest.mark.parametrize('method', ['fl_basic', 'fl_basic_dp'])
 def test_runner_method_bytes_and_accounting(heart, tmp_path, method):
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import training  # pylint: disable=g-import-not-at-top
 
   summary = training.run_experiment(
     training.ExperimentConfig.create(

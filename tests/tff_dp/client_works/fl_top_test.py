@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp.aggregators import dp_randagg
 from tff_dp.client_works import fl_top
 from tff_dp.tasks import medical
@@ -106,7 +106,7 @@ def test_untrained_weights_stay_w0_bit_for_bit(shared_data_dir):
 )
 def test_runner_fl_top_keeps_w0_outside_k(shared_data_dir, tmp_path, method):
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import training  # pylint: disable=g-import-not-at-top
 
   out = tmp_path / method
   summary = training.run_experiment(
@@ -208,7 +208,7 @@ def test_random_masks():
 
 
 def _public_pairs(task, data_dir, config):
-  from tff_dp import public_data  # pylint: disable=g-import-not-at-top
+  from tff_dp.methods import public_data  # pylint: disable=g-import-not-at-top
 
   x, y = public_data.public_batch(task, data_dir, seed=config.seed)
   preprocess = task_lib.client_preprocess_fn(
@@ -221,7 +221,7 @@ def _public_pairs(task, data_dir, config):
 
 
 def _public_config(shared_data_dir, tmp_path, method):
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import training  # pylint: disable=g-import-not-at-top
 
   return training.ExperimentConfig.create(
     task='fashion_mnist_iid',
@@ -247,10 +247,10 @@ def test_runner_fl_top_dp_clip_from_public_round(shared_data_dir, tmp_path):
   # public batch. Computed here from the pieces (the seeded public batch,
   # select_top_k, the run's local schedule) and compared with what the
   # runner used: the summary, every round's clip and the privacy section.
-  from tff_dp import plot  # pylint: disable=g-import-not-at-top
-  from tff_dp import public_data  # pylint: disable=g-import-not-at-top
+  from tff_dp.reporting import plot  # pylint: disable=g-import-not-at-top
+  from tff_dp.methods import public_data  # pylint: disable=g-import-not-at-top
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
-  from tff_dp import training  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import training  # pylint: disable=g-import-not-at-top
 
   config = _public_config(shared_data_dir, tmp_path, 'fl_top_dp')
   task = tasks.load_task(

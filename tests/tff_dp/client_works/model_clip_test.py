@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_dp import contexts
+from tff_dp.runtime import contexts
 from tff_dp import methods
 from tff_dp.client_works import model_clip
 from tff_dp.tasks import medical

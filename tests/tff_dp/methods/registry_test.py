@@ -7,7 +7,7 @@ import json
 from absl import logging
 import pytest
 
-from tff_dp import experiment_config
+from tff_dp.job import experiment_config
 from tff_dp import methods
 from tff_dp.methods import options
 from tff_dp.methods import registry
