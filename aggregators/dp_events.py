@@ -120,7 +120,7 @@ def round_event(state) -> dp_accounting.DpEvent:
       'This aggregator state holds an UnsupportedDpEvent (TFF records one '
       'for DDGauss): read its event with '
       'dp_events.released_event(factory, state, measurements), which '
-      'calls ddgauss.round_event_from_measurements(measurements).'
+      'calls ddgauss_accounting.round_event_from_measurements(measurements).'
     )
   return (
     events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)

@@ -182,6 +182,47 @@ def _check_adaptive_args(
     )
 
 
+def _independent_noise_factory(
+  noise_multiplier: float,
+  clients_per_round: float,
+  clip: float,
+  noise_seed: dp_queries.NoiseSeed,
+  clipped_fraction_stddev: Optional[float],
+  record_aggregation_factory: Optional[
+    tff.aggregators.UnweightedAggregationFactory
+  ],
+) -> DPFactory:
+  """`gaussian_fixed`'s factory for noise independent across rounds.
+
+  Its arguments as `gaussian_fixed` checked them (`noise` None); with
+  `clipped_fraction_stddev`, the query also releases the DP fraction
+  clipped (`dp_queries.ClippedFractionSumQuery`).
+  """
+  if clipped_fraction_stddev is not None:
+    _check_fraction_stddev(noise_multiplier, clipped_fraction_stddev)
+    value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
+      noise_multiplier, float(clients_per_round), clipped_fraction_stddev
+    )
+    query = tfp.NormalizedQuery(
+      dp_queries.ClippedFractionSumQuery(
+        clip,
+        clip * value_z,
+        count_stddev,
+        float(clients_per_round),
+        noise_seed,
+      ),
+      denominator=float(clients_per_round),
+    )
+    return DPFactory(query, record_aggregation_factory)
+  query = tfp.NormalizedQuery(
+    dp_queries.SeededGaussianSumQuery(
+      clip, clip * noise_multiplier, noise_seed
+    ),
+    denominator=float(clients_per_round),
+  )
+  return DPFactory(query, record_aggregation_factory)
+
+
 def gaussian_fixed(
   noise_multiplier: float,
   clients_per_round: float,
@@ -252,29 +293,14 @@ def gaussian_fixed(
       noise_seed,
       record_aggregation_factory,
     )
-  if clipped_fraction_stddev is not None:
-    _check_fraction_stddev(noise_multiplier, clipped_fraction_stddev)
-    value_z, count_stddev = _tff_private.adaptive_clip_noise_params(
-      noise_multiplier, float(clients_per_round), clipped_fraction_stddev
-    )
-    query = tfp.NormalizedQuery(
-      dp_queries.ClippedFractionSumQuery(
-        clip,
-        clip * value_z,
-        count_stddev,
-        float(clients_per_round),
-        noise_seed,
-      ),
-      denominator=float(clients_per_round),
-    )
-    return DPFactory(query, record_aggregation_factory)
-  query = tfp.NormalizedQuery(
-    dp_queries.SeededGaussianSumQuery(
-      clip, clip * noise_multiplier, noise_seed
-    ),
-    denominator=float(clients_per_round),
+  return _independent_noise_factory(
+    noise_multiplier,
+    clients_per_round,
+    clip,
+    noise_seed,
+    clipped_fraction_stddev,
+    record_aggregation_factory,
   )
-  return DPFactory(query, record_aggregation_factory)
 
 
 def gaussian_adaptive(

@@ -8,15 +8,16 @@ participants), S_u <- rho S_u + S, S_e <- S_e + lr S_u, releases
 Delta = top_k(S_e) and sets S_e <- S_e - S(Delta). DPSFL-AC adapts the clip:
 C <- C exp(eta_C (p - p_hat)), p_hat = (sum_i b_i + N(0, sigma_b^2)) / n.
 
+This module holds the factory, its client step and its builders; the
+adaptive clip's rule and bit noise are in `dpsfl_adaptive_clip`, the
+server's sketch-space state and update in `dpsfl_server`.
 See docs/papers/dpsfl.md for the paper's reading and derivations.
 """
 
 import collections
-import dataclasses
 import math
 from typing import Optional
 
-from absl import logging
 import dp_accounting
 import numpy as np
 import tensorflow as tf
@@ -26,121 +27,14 @@ from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dp_queries
+from tff_dp.aggregators import dpsfl_adaptive_clip
+from tff_dp.aggregators import dpsfl_server
 from tff_dp.aggregators import finite_guard
 from tff_dp.aggregators import mf_strategy
 from tff_dp.aggregators import weighting
 
+
 _EVENT_NAMES = ('sketch', 'clip_bit')
-IMPACT_RULES = ('relative', 'absolute')
-
-
-# DPSFL-AC logs a warning when its clip bit's noise lowers the round's
-# merged noise multiplier below this fraction of the sketch's own.
-BIT_NOISE_WARNING_RATIO = 0.8
-
-
-def merged_noise_multiplier(noise_multiplier: float, bit_noise: float) -> float:
-  """The sketch and clip bit as one Gaussian: 1/z^2 = 1/z_s^2 + 1/sigma_b^2.
-
-  (What the ledger's `privacy.merge_gaussians` records for the round.)
-  """
-  if noise_multiplier == 0 or bit_noise == 0:
-    return 0.0
-  return 1.0 / math.sqrt(noise_multiplier**-2 + bit_noise**-2)
-
-
-def _warn_if_bit_noise_dominates(
-  noise_multiplier: float, adaptive: 'AdaptiveClip', clients_per_round: float
-) -> None:
-  if noise_multiplier == 0:
-    return
-  bit_noise = adaptive.bit_noise_multiplier
-  merged = merged_noise_multiplier(noise_multiplier, bit_noise)
-  if merged < BIT_NOISE_WARNING_RATIO * noise_multiplier:
-    logging.warning(
-      "DPSFL-AC: the clip bit's noise (sigma_b = %.4g; the default is the "
-      "expected cohort / 20 = %.4g) lowers the round's merged noise "
-      "multiplier to %.4g, %.0f%% of the sketch's own %.4g (below %.0f%%): "
-      'the bit, not the sketch, dominates the privacy cost. Raise '
-      '--dpsfl_bit_noise or the cohort.',
-      bit_noise,
-      default_bit_noise(clients_per_round),
-      merged,
-      100 * merged / noise_multiplier,
-      noise_multiplier,
-      100 * BIT_NOISE_WARNING_RATIO,
-    )
-
-
-def default_bit_noise(expected_clients_per_round: float) -> float:
-  """sigma_b = expected clients / 20 (Andrew et al. 2021's choice)."""
-  return expected_clients_per_round / 20.0
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveClip:
-  """DPSFL-AC's adaptive clip.
-
-  Attributes:
-    target_probability: p in (0, 1): the wanted fraction of clients whose
-      clipping impact on the previous top-k is at most `impact_threshold`.
-    impact_threshold: gamma > 0 (< 1 for the relative rule).
-    bit_noise_multiplier: sigma_b >= 0, the bit sum's noise stddev; None
-      (default): expected clients per round / 20 (`default_bit_noise`),
-      resolved by the factory from its `clients_per_round`.
-    learning_rate: eta_C > 0 of the geometric update.
-    impact_rule: 'relative' (||clip error on T|| / ||g_T||, the default) or
-      'absolute' (||clip error on T||: the rows `dpsfl_ac` and
-      `dpsfl_ac_gamma0.01` of benchmarks/results/seed002_emnist.md and
-      seed002_cifar10.md, and the DPSFL-AC rows of
-      benchmarks/results/method_cost.md, were recorded with it).
-  """
-
-  target_probability: float = 0.5
-  impact_threshold: float = 0.1
-  bit_noise_multiplier: Optional[float] = None
-  learning_rate: float = 0.2
-  impact_rule: str = 'relative'
-
-  def resolved(self, clients_per_round: float) -> 'AdaptiveClip':
-    """A copy with the default bit noise filled in from the cohort."""
-    if self.bit_noise_multiplier is not None:
-      return self
-    return dataclasses.replace(
-      self, bit_noise_multiplier=default_bit_noise(clients_per_round)
-    )
-
-  def check(self) -> None:
-    if self.impact_rule not in IMPACT_RULES:
-      raise ValueError(
-        f'impact_rule must be one of {IMPACT_RULES}. Found '
-        f'{self.impact_rule!r}.'
-      )
-    if self.impact_rule == 'relative' and not self.impact_threshold < 1:
-      raise ValueError(
-        'impact_threshold must be in (0, 1) for the relative rule (a '
-        'relative clipping error is at most 1, so gamma >= 1 always '
-        f'passes). Found {self.impact_threshold!r}.'
-      )
-    p = self.target_probability
-    if not (isinstance(p, (int, float)) and 0 < p < 1):
-      raise ValueError(f'target_probability must be in (0, 1). Found {p!r}.')
-    if not self.impact_threshold > 0:
-      raise ValueError(
-        f'impact_threshold must be > 0. Found {self.impact_threshold!r}.'
-      )
-    if (
-      self.bit_noise_multiplier is not None
-      and not self.bit_noise_multiplier >= 0
-    ):
-      raise ValueError(
-        'bit_noise_multiplier must be >= 0. Found '
-        f'{self.bit_noise_multiplier!r}.'
-      )
-    if not self.learning_rate > 0:
-      raise ValueError(
-        f'learning_rate must be > 0. Found {self.learning_rate!r}.'
-      )
 
 
 def _flat_spec(value_type):
@@ -149,7 +43,7 @@ def _flat_spec(value_type):
 
 def round_event(
   noise_multiplier: float,
-  adaptive: Optional[AdaptiveClip],
+  adaptive: Optional[dpsfl_adaptive_clip.AdaptiveClip],
   noise: Optional[mf_strategy.Strategy] = None,
 ) -> dp_accounting.DpEvent:
   """One round's release before sampling: the sketch's and the bit's
@@ -223,7 +117,9 @@ def _flatten(value):
 
 
 class SketchAggregatorFactory(
-  tff.aggregators.UnweightedAggregationFactory, weighting.Weightable
+  tff.aggregators.UnweightedAggregationFactory,
+  weighting.Weightable,
+  dpsfl_server.SketchServer,
 ):
   """FetchSGD, DPSFL or DPSFL-AC as an unweighted aggregation factory.
 
@@ -291,10 +187,11 @@ class SketchAggregatorFactory(
       denominator), > 0; required with `noise_multiplier`.
     clip: The clip C (initial, with `adaptive`), > 0; required with
       `noise_multiplier`.
-    adaptive: DPSFL-AC's `AdaptiveClip` (its ranges there); None: a fixed
-      clip. Its bit noise defaults to `clients_per_round` / 20; a warning
-      is logged if it lowers the merged noise multiplier below
-      `BIT_NOISE_WARNING_RATIO` of z.
+    adaptive: DPSFL-AC's `dpsfl_adaptive_clip.AdaptiveClip` (its ranges
+      there); None: a fixed clip. Its bit noise defaults to
+      `clients_per_round` / 20; a warning is logged if it lowers the merged
+      noise multiplier below `dpsfl_adaptive_clip.BIT_NOISE_WARNING_RATIO`
+      of z.
     seed: Seeds the hashes (public randomness).
     noise_seed: Seeds the noise of the sketch and of DPSFL-AC's bit: None
       (default) draws a secret; an int s starts the stream (s, 7) (keep it
@@ -331,7 +228,7 @@ class SketchAggregatorFactory(
     noise_multiplier: Optional[float] = None,
     clients_per_round: Optional[float] = None,
     clip: Optional[float] = None,
-    adaptive: Optional[AdaptiveClip] = None,
+    adaptive: Optional[dpsfl_adaptive_clip.AdaptiveClip] = None,
     seed: int = 0,
     noise_seed: dp_queries.NoiseSeed = None,
     hashing: str = 'murmur',
@@ -350,7 +247,7 @@ class SketchAggregatorFactory(
     if adaptive is not None:
       adaptive.check()
       adaptive = adaptive.resolved(clients_per_round)
-      _warn_if_bit_noise_dominates(
+      dpsfl_adaptive_clip.warn_if_bit_noise_dominates(
         float(noise_multiplier), adaptive, float(clients_per_round)
       )
     self._rows, self._columns, self._k = int(rows), int(columns), int(k)
@@ -433,30 +330,6 @@ class SketchAggregatorFactory(
       bit_sum,
     )
 
-  def _initial_server(self) -> tff.Computation:
-    rows, cols, k = self._rows, self._columns, self._k
-
-    @tff.tensorflow.computation
-    def initial_server():
-      state = collections.OrderedDict(
-        momentum=tf.zeros([rows, cols]),
-        error=tf.zeros([rows, cols]),
-        clip=tf.constant(self._clip or 0.0, tf.float32),
-        top_k=tf.zeros([k], tf.int32),
-        seed=tf.constant(self._noise_seed, tf.int64),
-      )
-      if self._noise is not None:
-        # Past unit-scale draws correlated by C^-1 (`correlate`): the
-        # sketch's and the bit's streams.
-        slots = correlated_noise.memory_slots(self._noise)
-        state['noise_memory'] = collections.OrderedDict(
-          table=tuple(tf.zeros([rows, cols]) for _ in range(slots)),
-          bit=tuple(tf.zeros([]) for _ in range(slots)),
-        )
-      return state
-
-    return initial_server
-
   def _client_encode(
     self, sk, value_type, hashes_type, top_k_type
   ) -> tff.Computation:
@@ -507,103 +380,6 @@ class SketchAggregatorFactory(
         top_norm > 0, impact / tf.maximum(top_norm, 1e-30), 1.0 - factor
       )
     return tf.cast(impact <= adaptive.impact_threshold, tf.float32)
-
-  def _server_update(
-    self, sk, server_type, payload_type, hashes_type, unflatten
-  ) -> tff.Computation:
-    """The server step: noise, mean, clip update, momentum and top-k."""
-    private = self._private
-
-    @tff.tensorflow.computation(
-      server_type, payload_type, hashes_type, tff.TensorType(np.float32)
-    )
-    def server_update(state, total, hashes, num_clients):
-      seeds = tf.random.experimental.stateless_split(state['seed'], num=3)
-      clip = state['clip']
-      table_noise, bit_noise, noise_memory = self._unit_noise(state, seeds)
-      mean = self._mean_sketch(total['table'], clip, num_clients, table_noise)
-      new_clip, p_hat = self._next_clip(total['bit'], clip, bit_noise)
-      momentum = self._momentum * state['momentum'] + mean
-      error = state['error'] + self._lr * momentum
-      idx, values = sk.top_k(error, self._k, hashes)
-      delta = tf.scatter_nd(idx[:, None], values, [sk.dim])
-      error = error - sk.sketch(delta, hashes)
-      result = unflatten(delta)
-      new_state = collections.OrderedDict(
-        momentum=momentum,
-        error=error,
-        clip=new_clip,
-        top_k=idx,
-        seed=seeds[2],
-      )
-      if noise_memory is not None:
-        new_state['noise_memory'] = noise_memory
-      measurements = collections.OrderedDict(
-        clip=clip if private else tf.constant(float('nan')),
-        unclipped_probability=p_hat,
-        num_clients=num_clients,
-        sketch_norm=tf.norm(mean),
-      )
-      return new_state, result, measurements
-
-    return server_update
-
-  def _unit_noise(self, state, seeds):
-    """`(sketch noise, bit noise, next noise memory)` at unit stddev.
-
-    Independent: N(0, 1) draws from `seeds[0]` (sketch) and `seeds[1]`
-    (bit), and no memory (None); all None for FetchSGD. With `noise`:
-    those draws correlated by C^-1 (`correlated_noise.correlate`), in unit
-    scale so that the clip DPSFL-AC moves each round scales the round's
-    noise and not the past's.
-    """
-    if not self._private:
-      return None, None, None
-    table = tf.random.stateless_normal(
-      [self._rows, self._columns], seed=seeds[0]
-    )
-    bit = tf.random.stateless_normal([], seed=seeds[1])
-    if self._noise is None:
-      return table, bit, None
-    memory = state['noise_memory']
-    table, table_memory = correlated_noise.correlate(
-      self._noise, table, memory['table']
-    )
-    bit, bit_memory = correlated_noise.correlate(
-      self._noise, bit, memory['bit']
-    )
-    return (
-      table,
-      bit,
-      collections.OrderedDict(table=table_memory, bit=bit_memory),
-    )
-
-  def _mean_sketch(self, table_sum, clip, num_clients, unit_noise):
-    """The (noisy) sum's mean: over the expected or the actual clients.
-
-    The noise is `unit_noise` (`_unit_noise`) times z sqrt(rows) C.
-    """
-    if not self._private:
-      return table_sum / tf.maximum(num_clients, 1.0)
-    bound = math.sqrt(self._rows) * clip
-    noise = unit_noise * (self._z * bound)
-    return (table_sum * bound + noise) / self._clients
-
-  def _next_clip(self, bit_sum, clip, unit_noise):
-    """`(next clip, p_hat)`: DPSFL-AC's geometric update, else unchanged.
-
-    The bit's noise is `unit_noise` (`_unit_noise`) times sigma_b.
-    """
-    adaptive = self._adaptive
-    new_clip = clip
-    p_hat = tf.constant(float('nan'))
-    if adaptive is not None:
-      bit_noise = unit_noise * adaptive.bit_noise_multiplier
-      p_hat = (bit_sum + bit_noise) / self._clients
-      new_clip = clip * tf.exp(
-        adaptive.learning_rate * (adaptive.target_probability - p_hat)
-      )
-    return new_clip, p_hat
 
   def _inner_sums(self):
     """`(table sum, bit sum)` processes: secure (private) or plain."""
@@ -748,7 +524,7 @@ def dpsfl_ac(
   noise_multiplier: float,
   clients_per_round: float,
   initial_clip: float,
-  adaptive: Optional[AdaptiveClip] = None,
+  adaptive: Optional[dpsfl_adaptive_clip.AdaptiveClip] = None,
   **options,
 ) -> SketchAggregatorFactory:
   """DPSFL-AC: DPSFL with the clip adapted from noisy clipping-impact bits.
@@ -760,8 +536,9 @@ def dpsfl_ac(
     noise_multiplier: z >= 0 of the sketch sum (as for `dpsfl`).
     clients_per_round: Expected clients a round, > 0.
     initial_clip: The first round's clip C > 0.
-    adaptive: The clip rule (`AdaptiveClip`, its ranges there); None:
-      `AdaptiveClip()`. Its bit noise defaults to clients_per_round / 20.
+    adaptive: The clip rule (`dpsfl_adaptive_clip.AdaptiveClip`, its
+      ranges there); None: `AdaptiveClip()`. Its bit noise defaults to
+      clients_per_round / 20.
     **options: As for `fetchsgd`.
 
   Returns:
@@ -771,7 +548,7 @@ def dpsfl_ac(
 
   Raises:
     ValueError: On a bad argument (see `SketchAggregatorFactory` and
-      `AdaptiveClip`).
+      `dpsfl_adaptive_clip.AdaptiveClip`).
   """
   return dpsfl(
     rows,
@@ -780,7 +557,9 @@ def dpsfl_ac(
     noise_multiplier=noise_multiplier,
     clients_per_round=clients_per_round,
     clip=initial_clip,
-    adaptive=adaptive if adaptive is not None else AdaptiveClip(),
+    adaptive=adaptive
+    if adaptive is not None
+    else dpsfl_adaptive_clip.AdaptiveClip(),
     **options,
   )
 

@@ -26,6 +26,9 @@ Rules the generator follows:
   that module in `_TEST_DEPS`; one that reads files of the repository
   names them in `_TEST_DATA` (for the README, whose Python blocks
   docs_test runs, their imports become deps too).
+* A test folder's other modules (shared test helpers, imported by their
+  bare name: pytest puts a test's folder on sys.path) are a `py_library`
+  each, a dep of the tests that import them.
 * `bazel/example/BUILD` is written by hand, as a user would.
 """
 
@@ -141,6 +144,17 @@ def _imports(path: pathlib.Path) -> set[str]:
         name = name.rpartition('.')[0]
       if name:
         found.add(name)
+  return found
+
+
+def _bare_imports(path: pathlib.Path) -> set[str]:
+  """The top-level names `path` imports (`import x`, `from x import y`)."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      found |= {a.name.split('.')[0] for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      found.add(node.module.split('.')[0])
   return found
 
 
@@ -266,9 +280,28 @@ def _test_build(directory: str) -> str:
       + _list('deps', deps)
       + '    visibility = ["//visibility:public"],\n)\n'
     )
+  # Test helpers: the folder's other modules, which its tests import by
+  # their bare name (pytest puts a test's folder on sys.path).
+  helpers = sorted(
+    p
+    for p in (ROOT / directory).glob('*.py')
+    if not p.name.endswith('_test.py') and p.name != 'conftest.py'
+  )
+  for path in helpers:
+    out.append(
+      f'\npy_library(\n    name = "{path.stem}",\n'
+      f'    srcs = ["{path.name}"],\n'
+      + _list('deps', _relative(_labels(_imports(path)), directory))
+      + ')\n'
+    )
   for path in sorted((ROOT / directory).glob('*_test.py')):
     rel = path.relative_to(ROOT).as_posix()
     deps = set(_labels(_imports(path))) | set(_TEST_DEPS.get(rel, []))
+    deps |= {
+      f'//{directory}:{h.stem}'
+      for h in helpers
+      if h.stem in _bare_imports(path)
+    }
     for label in _TEST_DATA.get(rel, []):
       if label in _DOC_EXAMPLES:  # The test runs their Python blocks.
         deps |= set(_labels(_imports(ROOT / label.replace('//:', ''))))

@@ -23,9 +23,9 @@ import re
 import shlex
 
 from benchmarks import results_table
-from tff_dp.reporting import plot
+from tff_dp.reporting import run_folders
 from tff_dp import privacy
-from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import ddgauss_accounting
 
 RESULTS = pathlib.Path(__file__).parent / 'results'
 OUT = RESULTS / 'ddgauss_reaccounting.md'
@@ -94,7 +94,7 @@ def reaccount(study: str, row: dict[str, str]) -> dict:
   run = _run_dir(study, row)
   summary = json.loads((run / 'summary.json').read_text())
   # The measurements: non_private/metrics.csv for runs after issue 83.
-  rounds = plot.read_rows(run)
+  rounds = run_folders.read_rows(run)
   sampling = privacy.Sampling.from_dict(summary['sampling'])
   delta = float(summary['delta'])
   ledger = privacy.PrivacyLedger(sampling, delta)
@@ -105,13 +105,13 @@ def reaccount(study: str, row: dict[str, str]) -> dict:
   events = set()
   for r in rounds:
     m = {k: float(r[f'tff/aggregator/{k}']) for k in _MEASUREMENTS}
-    event = ddgauss.round_event_from_measurements(m)
+    event = ddgauss_accounting.round_event_from_measurements(m)
     events.add(event)
     ledger.record(event)
     n = int(float(r['tff/aggregator/actual_num_clients']))
     if float(r['tff/aggregator/released']) == 0:
       withheld.append((int(r['round']), n))
-      event = ddgauss.DiscreteGaussianSumDpEvent(
+      event = ddgauss_accounting.DiscreteGaussianSumDpEvent(
         event.l2_sensitivity, event.local_stddev, n - 1, event.dim
       )
     server.record(event)
@@ -125,7 +125,7 @@ def reaccount(study: str, row: dict[str, str]) -> dict:
       delta,
       len(rounds),
       sampling,
-      round_event_fn=lambda z: ddgauss.planned_round_event(
+      round_event_fn=lambda z: ddgauss_accounting.planned_round_event(
         z,
         float(p['clip']),
         sampling.expected_clients_per_round,

@@ -112,7 +112,7 @@ def run_job(
     f'--rounds={rounds}',
     f'--root_output_dir={out / "job"}',
   ]
-  # outputs.NON_PRIVATE_DIR: where the run keeps them.
+  # metrics_log.NON_PRIVATE_DIR: where the run keeps them.
   metrics = out / 'job' / 'non_private' / 'metrics.csv'
   seen = len(_rows(metrics))
   start = time.perf_counter()

@@ -40,9 +40,9 @@ post-processing. CMP-Fed's final delta U V^T projected on a canary is its
 phase-2 payload's projection (canaries at 3 x the clip reach phase 2's
 clip); phase 1's release is not audited on its own, so CMP-Fed audits at
 about 1/sqrt(2) of its ledger's mu. `noise reuse` is
-`tff_dp.reporting.audit.noise_reuse_check` on the same aggregator and probe:
-`--rounds` rounds, each with its own canaries that take part in that
-round only; the releases off the canaries' span must be uncorrelated
+`tff_dp.reporting.noise_reuse.noise_reuse_check` on the same aggregator
+and probe: `--rounds` rounds, each with its own canaries that take part
+in that round only; the releases off the canaries' span must be uncorrelated
 between rounds (`reuse z`: the largest |z| over round pairs, against its
 Bonferroni threshold at alpha 1e-3).
 
@@ -76,6 +76,9 @@ import tensorflow_federated as tff
 
 from benchmarks import results_table
 from tff_dp.reporting import audit
+from tff_dp.reporting import canary_rounds
+from tff_dp.reporting import noise_reuse
+from tff_dp.reporting import planted_bugs
 from tff_dp.runtime import contexts
 from tff_dp import methods as methods_lib
 from tff_dp import privacy
@@ -119,7 +122,7 @@ REUSE_ALPHA = 1e-3
 CLIP = 1.0
 _TITLE = 'Empirical privacy audit (one-shot canaries)'
 
-ProbeFn = Callable[[methods_lib.MethodParams, int], audit.Probe]
+ProbeFn = Callable[[methods_lib.MethodParams, int], canary_rounds.Probe]
 
 
 def _restricted(nominal: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -130,7 +133,9 @@ def _restricted(nominal: np.ndarray, indices: np.ndarray) -> np.ndarray:
   return out * np.linalg.norm(nominal, axis=1, keepdims=True) / norms
 
 
-def _random_k_probe(p: methods_lib.MethodParams, dim: int) -> audit.Probe:
+def _random_k_probe(
+  p: methods_lib.MethodParams, dim: int
+) -> canary_rounds.Probe:
   """Canaries on the round's k coordinates (public: drawn from the state's
   seed before the round, as the aggregator draws them)."""
   k = dp_randagg_method.num_coordinates(p)
@@ -141,19 +146,21 @@ def _random_k_probe(p: methods_lib.MethodParams, dim: int) -> audit.Probe:
     )
     return _restricted(nominal, indices.numpy())
 
-  return audit.Probe(canary_values=values)
+  return canary_rounds.Probe(canary_values=values)
 
 
-def _fixed_k_probe(p: methods_lib.MethodParams, dim: int) -> audit.Probe:
+def _fixed_k_probe(
+  p: methods_lib.MethodParams, dim: int
+) -> canary_rounds.Probe:
   """Canaries on FL-TOP's K server-chosen coordinates."""
   del dim
   indices = np.asarray(p.options.top_k_indices)
-  return audit.Probe(
+  return canary_rounds.Probe(
     canary_values=lambda state, nominal: _restricted(nominal, indices)
   )
 
 
-def _sketch_probe(p: methods_lib.MethodParams, dim: int) -> audit.Probe:
+def _sketch_probe(p: methods_lib.MethodParams, dim: int) -> canary_rounds.Probe:
   """DPSFL's noised sketch mean of each round, with the canaries' sketches.
 
   The server keeps momentum_t = rho momentum_{t-1} + (noised mean sketch),
@@ -180,7 +187,7 @@ def _sketch_probe(p: methods_lib.MethodParams, dim: int) -> audit.Probe:
       ]
     )
 
-  return audit.Probe(release=release, embed=embed)
+  return canary_rounds.Probe(release=release, embed=embed)
 
 
 _PROBE_NAMES = {
@@ -237,10 +244,10 @@ def _rows() -> dict[str, _Row]:
     ('reused_noise', 'noise seed never advances'),
   ):
     rows[f'planted: dp_fedavg, {label}'] = _Row(
-      audit.planted_method(bug), none, planted=label
+      planted_bugs.planted_method(bug), none, planted=label
     )
   rows['planted: dp_fedavg, half the noise, Poisson q'] = _Row(
-    audit.planted_method('half_noise'),
+    planted_bugs.planted_method('half_noise'),
     none,
     planted='half the noise',
     sampled=True,
@@ -255,7 +262,7 @@ def _rows() -> dict[str, _Row]:
     row = rows[name]
     rows[f'planted: {name}, half the noise'] = dataclasses.replace(
       row,
-      method=audit.with_half_noise(row.method),
+      method=planted_bugs.with_half_noise(row.method),
       planted='half the noise, full declared',
     )
   return rows
@@ -335,7 +342,7 @@ def _audit_row(name: str, row: _Row) -> dict:
     confidence=_CONFIDENCE.value,
     aggregator=process,
   )
-  reuse = audit.noise_reuse_check(
+  reuse = noise_reuse.noise_reuse_check(
     process,
     dim=dim,
     shape=SHAPE,

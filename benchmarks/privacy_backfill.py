@@ -11,9 +11,10 @@ rewrites the row's command so it reruns what ran: the recorded multiplier
 instead of `--target_epsilon` (which today calibrates more noise), and
 `--noise_seed` equal to its `--seed` (the noise and cohorts it drew then).
 2. Labels. Every row gets `tuning outside ledger`: what its run chose from
-client data outside the ledger, as `tff_dp.job.outputs.tuning_outside_ledger`
-states it in a run's summary (clips taken from other runs, the medical
-tasks' preprocessing, FL-TOP's public batch).
+client data outside the ledger, as
+`tff_dp.job.privacy_summary.tuning_outside_ledger` states it in a run's
+summary (clips taken from other runs, the medical tasks' preprocessing,
+FL-TOP's public batch).
 
 The tables keep their notes as committed (except seed 003's, whose study
 notes now say it was re-accounted).
@@ -34,7 +35,7 @@ from tff_dp import methods
 from tff_dp import privacy
 from tff_dp import tasks
 from tff_dp.job import training
-from tff_dp.job import outputs
+from tff_dp.job import privacy_summary
 
 RESULTS = pathlib.Path(__file__).parent / 'results'
 OLD = 'epsilon RDP as first reported'
@@ -110,7 +111,9 @@ def with_tuning_label(row: dict, row_def: studies.Row | None) -> dict:
     clip=float(flags.get('clip', ['1.0'])[0]),
     clip_source=clip_source(row_def) if row_def is not None else None,
   )
-  steps = outputs.tuning_outside_ledger(config, methods.METHODS[config.method])
+  steps = privacy_summary.tuning_outside_ledger(
+    config, methods.METHODS[config.method]
+  )
   return dict(row, **{'tuning outside ledger': '; '.join(steps)})
 
 

@@ -35,15 +35,16 @@ def test_tff_dp_comes_from_runfiles():
 
 
 def test_an_undeclared_module_does_not_import():
-  # tff_dp.reporting.plot is in the source tree but no dependency of this test.
+  # tff_dp.reporting.frontier_plot is in the source tree but no dependency
+  # of this test.
   with pytest.raises(ModuleNotFoundError):
-    importlib.import_module('tff_dp.reporting.plot')
+    importlib.import_module('tff_dp.reporting.frontier_plot')
 
 
 def test_subprocesses_import_from_runfiles_only():
   code = (
     'import importlib, tff_dp.aggregators.dp_fedavg as m; print(m.__file__)\n'
-    'try:\n  importlib.import_module("tff_dp.reporting.plot")\n'
+    'try:\n  importlib.import_module("tff_dp.reporting.frontier_plot")\n'
     'except ModuleNotFoundError:\n  print("no plot")\n'
   )
   out = subprocess.run(

@@ -4,28 +4,25 @@ which the project never uses), 3 clients a round, TFF's test context.
 
 Each process runs 2 rounds; the test checks that the model moved, stayed
 finite, and that the round's DP event reads back as documented
-(`tff_dp.aggregators.dp_events`). DDGauss needs pure-Python protobuf inside
-a learning process (`ddgauss.protobuf_supports_ddgauss`), so its drop-in
-runs in a subprocess under `make test-slow`.
+(`tff_dp.aggregators.dp_events`). The model, its clients and the 2-round
+run are `dropin_model`'s; DDGauss's drop-in is dropin_ddgauss_test.py's.
 """
 
 import functools
-import os
-import subprocess
-import sys
 
 import dp_accounting
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+import dropin_model
 
 from tff_dp.aggregators import cmp_fed
-from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import mf_strategy
 from tff_dp.client_works import blur
@@ -33,51 +30,11 @@ from tff_dp.client_works import fl_top
 from tff_dp.client_works import lus
 from tff_dp.client_works import model_clip
 
-_STEPS, _FEATURES, _CLASSES, _CLIENTS = 24, 2, 3, 3
-_Z = 0.5  # Every private factory's noise multiplier.
-
-
-def _glorot(seed):
-  # Seeded, so every test starts from the same model, run after run.
-  return tf.keras.initializers.GlorotUniform(seed=seed)
-
-
-def _keras_model():
-  layers = tf.keras.layers
-  return tf.keras.Sequential(
-    [
-      layers.InputLayer(input_shape=(_STEPS, _FEATURES)),
-      layers.Conv1D(4, 3, activation='relu', kernel_initializer=_glorot(0)),
-      layers.GlobalAveragePooling1D(),
-      layers.Dense(_CLASSES, kernel_initializer=_glorot(1)),
-    ]
-  )
-
-
-def _model_fn():
-  return tff.learning.models.from_keras_model(
-    _keras_model(),
-    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    input_spec=(
-      tf.TensorSpec([None, _STEPS, _FEATURES], tf.float32),
-      tf.TensorSpec([None], tf.int32),
-    ),
-    metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-  )
-
 
 def _shapes():
-  return [tuple(v.shape) for v in _keras_model().trainable_variables]
-
-
-def _client_data():
-  rng = np.random.default_rng(0)
-  data = []
-  for _ in range(_CLIENTS):
-    x = rng.normal(size=(12, _STEPS, _FEATURES)).astype(np.float32)
-    y = rng.integers(0, _CLASSES, size=12).astype(np.int32)
-    data.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
-  return data
+  return [
+    tuple(v.shape) for v in dropin_model.keras_model().trainable_variables
+  ]
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -85,25 +42,7 @@ def _tff_test_context():
   tff.backends.test.set_sync_test_cpp_execution_context()
 
 
-def _sgd(lr):
-  return tff.learning.optimizers.build_sgdm(lr)
-
-
-def _run_two_rounds(process):
-  state = process.initialize()
-  before = [np.array(w) for w in process.get_model_weights(state).trainable]
-  data = _client_data()
-  for _ in range(2):
-    output = process.next(state, data)
-    state = output.state
-  after = [np.array(w) for w in process.get_model_weights(state).trainable]
-  assert all(np.all(np.isfinite(w)) for w in after)
-  moved = sum(float(np.sum(np.abs(a - b))) for a, b in zip(after, before))
-  assert moved > 0, 'the model did not move in 2 rounds'
-  return state, output.metrics
-
-
-def _gaussian(z=_Z):
+def _gaussian(z=dropin_model.Z):
   return dp_accounting.GaussianDpEvent(z)
 
 
@@ -148,19 +87,21 @@ def _mf(z, strategy):
 # One builder per method: the (z, noise, method-specific sizes) a test
 # varies, the rest fixed. Every entry below is one of these.
 def _fixed(z, noise=None, **kw):
-  return dp_fedavg.gaussian_fixed(z, _CLIENTS, 1.0, noise=noise, **kw)
+  return dp_fedavg.gaussian_fixed(
+    z, dropin_model.CLIENTS, 1.0, noise=noise, **kw
+  )
 
 
 def _randagg(z, noise=None, **kw):
   return dp_randagg.DPRandAggFactory(
-    z, _CLIENTS, 1.0, fraction=0.5, noise=noise, **kw
+    z, dropin_model.CLIENTS, 1.0, fraction=0.5, noise=noise, **kw
   )
 
 
 def _fl_top_dp(z, indices, noise=None, **kw):
   return dp_randagg.DPRandAggFactory(
     z,
-    _CLIENTS,
+    dropin_model.CLIENTS,
     1.0,
     num_coordinates=len(indices),
     fixed_indices=indices,
@@ -174,7 +115,7 @@ def _cmp(z, rank, clip, noise=None, **kw):
   return cmp_fed.cmp_fed(
     rank,
     noise_multiplier=z,
-    clients_per_round=_CLIENTS,
+    clients_per_round=dropin_model.CLIENTS,
     clip_u=clip,
     clip_v=clip,
     noise=noise,
@@ -188,7 +129,7 @@ def _dpsfl(z, columns, k, noise=None, **kw):
     columns,
     k,
     noise_multiplier=z,
-    clients_per_round=_CLIENTS,
+    clients_per_round=dropin_model.CLIENTS,
     clip=1.0,
     noise=noise,
     **kw,
@@ -201,9 +142,9 @@ def _dpsfl_ac(z, columns, k, bit_noise, noise=None, **kw):
     columns,
     k,
     noise_multiplier=z,
-    clients_per_round=_CLIENTS,
+    clients_per_round=dropin_model.CLIENTS,
     initial_clip=1.0,
-    adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=bit_noise),
+    adaptive=dpsfl_adaptive_clip.AdaptiveClip(bit_noise_multiplier=bit_noise),
     noise=noise,
     **kw,
   )
@@ -214,12 +155,12 @@ _FACTORIES = {
   'gaussian_fixed_banded_mf': (
     lambda z: _fixed(z, _BANDED, noise_seed=1),
     _in_state,
-    [_mf(_Z, _BANDED)],
+    [_mf(dropin_model.Z, _BANDED)],
   ),
   'gaussian_fixed_blt': (
     lambda z: _fixed(z, _BLT, noise_seed=1),
     _in_state,
-    [_mf(_Z, _BLT)],
+    [_mf(dropin_model.Z, _BLT)],
   ),
   'gaussian_fixed': (
     lambda z: _fixed(z, noise_seed=1),
@@ -231,31 +172,41 @@ _FACTORIES = {
   'dp_randagg_banded_mf': (
     lambda z: _randagg(z, _BANDED, noise_seed=1),
     _in_state,
-    [_mf(_Z, _BANDED)],
+    [_mf(dropin_model.Z, _BANDED)],
   ),
   'fl_top_dp_blt': (
     lambda z: _fl_top_dp(z, [0, 2, 5], _BLT, noise_seed=1),
     _in_state,
-    [_mf(_Z, _BLT)],
+    [_mf(dropin_model.Z, _BLT)],
   ),
   'cmp_fed_banded_mf': (
     lambda z: _cmp(z, 1, 1.0, _BANDED, noise_seed=1),
     _in_state,
-    [dp_accounting.ComposedDpEvent([_mf(_Z, _BANDED), _mf(_Z, _BANDED)])],
+    [
+      dp_accounting.ComposedDpEvent(
+        [_mf(dropin_model.Z, _BANDED), _mf(dropin_model.Z, _BANDED)]
+      )
+    ],
   ),
   'dpsfl_banded_mf': (
     lambda z: _dpsfl(z, 20, 5, _BANDED, noise_seed=1),
     _declared,
-    [_mf(_Z, _BANDED)],
+    [_mf(dropin_model.Z, _BANDED)],
   ),
   'dpsfl_ac_blt': (
     lambda z: _dpsfl_ac(z, 20, 5, 2.0, _BLT, noise_seed=1),
     _declared,
-    [dp_accounting.ComposedDpEvent([_mf(_Z, _BLT), _mf(2.0, _BLT)])],
+    [
+      dp_accounting.ComposedDpEvent([_mf(dropin_model.Z, _BLT), _mf(2.0, _BLT)])
+    ],
   ),
   'gaussian_adaptive': (
     lambda z: dp_fedavg.gaussian_adaptive(
-      z, _CLIENTS, initial_clip=0.5, clipped_count_stddev=1.0, noise_seed=1
+      z,
+      dropin_model.CLIENTS,
+      initial_clip=0.5,
+      clipped_count_stddev=1.0,
+      noise_seed=1,
     ),
     _adaptive_merged,
     [_gaussian()],
@@ -266,7 +217,9 @@ _FACTORIES = {
     [_gaussian()],
   ),
   'randagg_nonprivate': (
-    lambda z: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
+    lambda z: dp_randagg.DPRandAggFactory(
+      None, dropin_model.CLIENTS, None, fraction=0.5
+    ),
     _in_state,
     [],
   ),
@@ -309,32 +262,32 @@ def _check_events(read, factory, state, metrics, want):
 @pytest.mark.parametrize('name', sorted(_FACTORIES))
 def test_factory_in_build_unweighted_fed_avg(name):
   make, read, want = _FACTORIES[name]
-  factory = make(_Z)
+  factory = make(dropin_model.Z)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
-    _model_fn,
-    client_optimizer_fn=_sgd(0.1),
-    server_optimizer_fn=_sgd(1.0),
+    dropin_model.model_fn,
+    client_optimizer_fn=dropin_model.sgd(0.1),
+    server_optimizer_fn=dropin_model.sgd(1.0),
     model_aggregator=factory,
   )
-  state, metrics = _run_two_rounds(process)
+  state, metrics = dropin_model.run_two_rounds(process)
   _check_events(read, factory, state, metrics, want)
 
 
 @pytest.mark.parametrize('name', sorted(_FACTORIES))
 def test_factory_weighted_in_build_weighted_fed_avg(name):
   make, read, want = _FACTORIES[name]
-  factory = make(_Z)
+  factory = make(dropin_model.Z)
   weighted = factory.weighted()
   assert isinstance(weighted, tff.aggregators.WeightedAggregationFactory)
   assert weighted.unweighted is factory
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    _model_fn,
-    client_optimizer_fn=_sgd(0.1),
-    server_optimizer_fn=_sgd(1.0),
+    dropin_model.model_fn,
+    client_optimizer_fn=dropin_model.sgd(0.1),
+    server_optimizer_fn=dropin_model.sgd(1.0),
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
     model_aggregator=weighted,
   )
-  state, metrics = _run_two_rounds(process)
+  state, metrics = dropin_model.run_two_rounds(process)
   _check_events(read, factory, state, metrics, want)
 
 
@@ -383,12 +336,14 @@ _NOISE = {'banded_mf': _BANDED, 'blt': _BLT}
 _NOISELESS = {
   'gaussian_adaptive': (
     lambda: dp_fedavg.gaussian_adaptive(
-      0.0, _CLIENTS, initial_clip=1.0, clipped_count_stddev=1.0
+      0.0, dropin_model.CLIENTS, initial_clip=1.0, clipped_count_stddev=1.0
     ),
     'mean',
   ),
   'randagg_nonprivate': (
-    lambda: dp_randagg.DPRandAggFactory(None, _CLIENTS, None, fraction=0.5),
+    lambda: dp_randagg.DPRandAggFactory(
+      None, dropin_model.CLIENTS, None, fraction=0.5
+    ),
     'kept',
   ),
   'uv_fed': (lambda: cmp_fed.uv_fed(10), 'mean'),
@@ -403,7 +358,9 @@ for _method, (_make, _kind) in _NOISELESS_BY_METHOD.items():
 
 
 def _num_params() -> int:
-  return sum(int(np.prod(v.shape)) for v in _keras_model().trainable_weights)
+  return sum(
+    int(np.prod(v.shape)) for v in dropin_model.keras_model().trainable_weights
+  )
 
 
 def test_every_factory_has_a_noiseless_check():
@@ -414,19 +371,19 @@ def test_every_factory_has_a_noiseless_check():
 def test_noiseless_factory_releases_the_mean_update(name):
   make, kind = _NOISELESS[name]
   reference = tff.learning.algorithms.build_unweighted_fed_avg(
-    _model_fn,
-    client_optimizer_fn=_sgd(0.1),
-    server_optimizer_fn=_sgd(1.0),
+    dropin_model.model_fn,
+    client_optimizer_fn=dropin_model.sgd(0.1),
+    server_optimizer_fn=dropin_model.sgd(1.0),
     model_aggregator=tff.aggregators.UnweightedMeanFactory(),
   )
   process = tff.learning.algorithms.build_unweighted_fed_avg(
-    _model_fn,
-    client_optimizer_fn=_sgd(0.1),
-    server_optimizer_fn=_sgd(1.0),
+    dropin_model.model_fn,
+    client_optimizer_fn=dropin_model.sgd(0.1),
+    server_optimizer_fn=dropin_model.sgd(1.0),
     model_aggregator=make(),
   )
   weights = reference.get_model_weights(reference.initialize())
-  data = _client_data()
+  data = dropin_model.client_data()
   mean = _one_round_update(reference, weights, data)
   ours = _one_round_update(process, weights, data)
   assert np.all(mean != 0)
@@ -448,15 +405,17 @@ def test_weighted_builder_with_example_weights_still_weights_uniformly():
   rng = np.random.default_rng(1)
   data = []
   for n in (4, 8, 12):
-    x = rng.normal(size=(n, _STEPS, _FEATURES)).astype(np.float32)
-    y = rng.integers(0, _CLASSES, size=n).astype(np.int32)
+    x = rng.normal(size=(n, dropin_model.STEPS, dropin_model.FEATURES)).astype(
+      np.float32
+    )
+    y = rng.integers(0, dropin_model.CLASSES, size=n).astype(np.int32)
     data.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
 
   def build(client_weighting):
     return tff.learning.algorithms.build_weighted_fed_avg(
-      _model_fn,
-      client_optimizer_fn=_sgd(0.1),
-      server_optimizer_fn=_sgd(1.0),
+      dropin_model.model_fn,
+      client_optimizer_fn=dropin_model.sgd(0.1),
+      server_optimizer_fn=dropin_model.sgd(1.0),
       client_weighting=client_weighting,
       model_aggregator=dp_fedavg.gaussian_fixed(0.0, 3, 100.0).weighted(),
     )
@@ -469,9 +428,9 @@ def test_weighted_builder_with_example_weights_still_weights_uniformly():
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
   # And an example-weighted mean would have been another update.
   weighted_mean = tff.learning.algorithms.build_weighted_fed_avg(
-    _model_fn,
-    client_optimizer_fn=_sgd(0.1),
-    server_optimizer_fn=_sgd(1.0),
+    dropin_model.model_fn,
+    client_optimizer_fn=dropin_model.sgd(0.1),
+    server_optimizer_fn=dropin_model.sgd(1.0),
     model_aggregator=tff.aggregators.MeanFactory(),
   )
   c = _one_round_update(weighted_mean, weights, data)
@@ -482,16 +441,18 @@ def test_unweighted_factory_is_refused_by_the_weighted_builder():
   # Why `weighted()` exists: TFF's own error, before any round runs.
   with pytest.raises(TypeError):
     tff.learning.algorithms.build_weighted_fed_avg(
-      _model_fn,
-      client_optimizer_fn=_sgd(0.1),
-      model_aggregator=dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0),
+      dropin_model.model_fn,
+      client_optimizer_fn=dropin_model.sgd(0.1),
+      model_aggregator=dp_fedavg.gaussian_fixed(
+        dropin_model.Z, dropin_model.CLIENTS, 1.0
+      ),
     )
 
 
 def _compose(client_work, aggregator_factory):
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(_model_fn())
+    return tff.learning.models.ModelWeights.from_model(dropin_model.model_fn())
 
   weights_type = initial_model_weights_fn.type_signature.result
   return tff.learning.templates.compose_learning_process(
@@ -514,22 +475,28 @@ def _optimizer():
 _K = 20  # Of the model's 43 trainable scalars.
 _CLIENT_WORKS = {
   'blur': lambda: blur.build_blur_client_work(
-    _model_fn, _optimizer(), lam=0.4, clip_norm=1.0
+    dropin_model.model_fn, _optimizer(), lam=0.4, clip_norm=1.0
   ),
   'lus': lambda: lus.build_lus_client_work(
-    _model_fn, _optimizer(), sparsity=0.5
+    dropin_model.model_fn, _optimizer(), sparsity=0.5
   ),
   'blur_lus': lambda: lus.build_lus_client_work(
-    _model_fn, _optimizer(), sparsity=0.5, blur_lam=0.4, clip_norm=1.0
+    dropin_model.model_fn,
+    _optimizer(),
+    sparsity=0.5,
+    blur_lam=0.4,
+    clip_norm=1.0,
   ),
   'fl_top': lambda: fl_top.build_masked_client_work(
-    _model_fn, _optimizer(), masks=fl_top.random_masks(_shapes(), _K, seed=3)
+    dropin_model.model_fn,
+    _optimizer(),
+    masks=fl_top.random_masks(_shapes(), _K, seed=3),
   ),
   'fl_basic': lambda: fl_top.build_random_subset_client_work(
-    _model_fn, _optimizer(), num_coordinates=_K, seed=3
+    dropin_model.model_fn, _optimizer(), num_coordinates=_K, seed=3
   ),
   'model_clip': lambda: model_clip.build_model_clip_client_work(
-    _model_fn, _optimizer(), clip=1.0
+    dropin_model.model_fn, _optimizer(), clip=1.0
   ),
 }
 
@@ -537,9 +504,11 @@ _CLIENT_WORKS = {
 @pytest.mark.parametrize('name', sorted(_CLIENT_WORKS))
 def test_client_work_in_compose_learning_process(name):
   # Each client work with the DP mean it is run with (weighted form).
-  factory = dp_fedavg.gaussian_fixed(_Z, _CLIENTS, 1.0, noise_seed=1)
+  factory = dp_fedavg.gaussian_fixed(
+    dropin_model.Z, dropin_model.CLIENTS, 1.0, noise_seed=1
+  )
   process = _compose(_CLIENT_WORKS[name](), factory.weighted())
-  state, _ = _run_two_rounds(process)
+  state, _ = dropin_model.run_two_rounds(process)
   (event,) = dp_events.events_in_state(state.aggregator)
   assert event == _gaussian()
 
@@ -547,64 +516,5 @@ def test_client_work_in_compose_learning_process(name):
 def test_client_work_with_tff_mean():
   # And with a stock TFF aggregator, no DP.
   process = _compose(_CLIENT_WORKS['blur'](), tff.aggregators.MeanFactory())
-  state, _ = _run_two_rounds(process)
+  state, _ = dropin_model.run_two_rounds(process)
   assert dp_events.events_in_state(state.aggregator) == []
-
-
-def test_ddgauss_in_both_builders_in_process():
-  """Run by `test_ddgauss_drop_in` in a pure-Python-protobuf subprocess."""
-  if not ddgauss.protobuf_supports_ddgauss():
-    pytest.skip('needs PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python')
-  factory = ddgauss.ddgauss_mean(_Z, _CLIENTS, 1.0, min_clients=2, bits=16)
-  for process in (
-    tff.learning.algorithms.build_unweighted_fed_avg(
-      _model_fn,
-      client_optimizer_fn=_sgd(0.1),
-      server_optimizer_fn=_sgd(1.0),
-      model_aggregator=factory,
-    ),
-    tff.learning.algorithms.build_weighted_fed_avg(
-      _model_fn,
-      client_optimizer_fn=_sgd(0.1),
-      server_optimizer_fn=_sgd(1.0),
-      client_weighting=tff.learning.ClientWeighting.UNIFORM,
-      model_aggregator=factory.weighted(),
-    ),
-  ):
-    state, metrics = _run_two_rounds(process)
-    # TFF's state holds an UnsupportedDpEvent: the state reader refuses it
-    # and names the measurements reader.
-    with pytest.raises(ValueError, match='round_event_from_measurements'):
-      dp_events.round_event(state.aggregator)
-    measurements = metrics['aggregator']
-    assert measurements['released'] == 1
-    event = ddgauss.round_event_from_measurements(measurements)
-    assert isinstance(event, ddgauss.DiscreteGaussianSumDpEvent)
-    assert event.local_stddev >= 1 and event.l2_sensitivity > 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1300)
-def test_ddgauss_drop_in():
-  env = dict(
-    os.environ,
-    TF_CPP_MIN_LOG_LEVEL='3',
-    PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION='python',
-  )
-  done = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'pytest',
-      '-q',
-      '-p',
-      'no:cacheprovider',
-      f'{__file__}::test_ddgauss_in_both_builders_in_process',
-    ],
-    capture_output=True,
-    text=True,
-    timeout=1200,
-    env=env,
-  )
-  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-  assert '1 passed' in done.stdout

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_dp.reporting import audit
+from tff_dp.reporting import gaussian_shift
 from tff_dp.job import training
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import count_sketch
@@ -19,6 +19,7 @@ from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.client_works import blur
 from tff_dp.client_works import diagnostics
 from tff_dp.client_works import fl_top
@@ -78,11 +79,11 @@ CASES = [
     r'momentum must be in \[0, 1\)',
   ),
   (
-    lambda: dpsfl.AdaptiveClip(target_probability=0.0).check(),
+    lambda: dpsfl_adaptive_clip.AdaptiveClip(target_probability=0.0).check(),
     r'target_probability must be in \(0, 1\)',
   ),
   (
-    lambda: dpsfl.AdaptiveClip(bit_noise_multiplier=-1.0).check(),
+    lambda: dpsfl_adaptive_clip.AdaptiveClip(bit_noise_multiplier=-1.0).check(),
     'bit_noise_multiplier must be >= 0',
   ),
   (lambda: cmp_fed.CMPFedFactory(0), 'rank must be'),
@@ -104,7 +105,7 @@ CASES = [
     lambda: partition.dirichlet_partition(np.zeros(10, int), 2, 0.0, seed=0),
     'alpha must be',
   ),
-  (lambda: audit.gdp_epsilon(1.0, 1.5), r'delta must be in \(0, 1\)'),
+  (lambda: gaussian_shift.gdp_epsilon(1.0, 1.5), r'delta must be in \(0, 1\)'),
   # Config fields (flags), checked before data is loaded.
   (lambda: _config(rounds=0), 'rounds must be'),
   (lambda: _config(client_sampling_rate=1.5), 'client_sampling_rate'),

@@ -7,12 +7,13 @@ writes, for the runs together: `<metric>_vs_round.png`,
 `<metric>_vs_epsilon.png` (private runs), `<metric>_vs_bytes_up.png`
 (cumulative upload per expected participant slot is not known here, so the
 total bytes all clients uploaded), each run in its method's colour and
-marker (`METHOD_STYLES`, the same in every plot); and for each run with
-update diagnostics, `update_norm_angle_<run>.png`: the cohort's clients in
-the (update norm, cosine to the last global step) plane at `--round`
-(default: the last round with angles), drawn from the histogram in
-`diagnostics.jsonl` (one dot per occupied cell, area by count; Zhang et
-al. 2022, Figs. 1-2), beside the per-round norm quantiles.
+marker (`styles.METHOD_STYLES`, the same in every plot); and for each run
+with update diagnostics, `update_norm_angle_<run>.png`: the cohort's
+clients in the (update norm, cosine to the last global step) plane at
+`--round` (default: the last round with angles), drawn from the
+histogram in `diagnostics.jsonl` (one dot per occupied cell, area by
+count; Zhang et al. 2022, Figs. 1-2), beside the per-round norm
+quantiles.
 
   python -m tff_dp.plot --frontier --runs=runs/a,runs/b --output_dir=plots
   python -m tff_dp.plot --frontier \
@@ -21,11 +22,11 @@ al. 2022, Figs. 1-2), beside the per-round norm quantiles.
       --frontier_title=T --frontier_paper='Table I, 180 rounds' \
       --output_dir=p
 
-writes `frontier.png` (`plot_frontier`): the test metric with its unit
-(the mean of the last three evaluations where every run has them, else
-the last evaluation; never the best round, which was picked on the test
-set) against the upload per participating client per round on a log
-axis; one point per configuration (rows that differ only by seed,
+writes `frontier.png` (`frontier_plot.plot_frontier`): the test metric
+with its unit (the mean of the last three evaluations where every run has
+them, else the last evaluation; never the best round, which was picked on
+the test set) against the upload per participating client per round on a
+log axis; one point per configuration (rows that differ only by seed,
 `_seed<N>`, are one point at their mean, their min-max a bar), in its
 method's colour and marker; epsilon, its accountant, delta and the
 sampling in the title; the non-private FedAvg ceiling, the Pareto front
@@ -44,7 +45,10 @@ import pathlib
 from absl import app
 from absl import flags
 
-from tff_dp.reporting import plot as plot_lib
+from tff_dp.reporting import frontier
+from tff_dp.reporting import frontier_plot
+from tff_dp.reporting import run_folders
+from tff_dp.reporting import run_plots
 
 _RUNS = flags.DEFINE_list('runs', None, 'Results folders of tff_dp.run.')
 _FRONTIER = flags.DEFINE_boolean(
@@ -64,7 +68,7 @@ _ROWS = flags.DEFINE_list(
 _METRIC = flags.DEFINE_enum(
   'frontier_metric',
   None,
-  list(plot_lib.METRICS),
+  list(run_folders.METRICS),
   "With --frontier_results: the study's test metric (its rows record "
   'only the values).',
 )
@@ -96,11 +100,11 @@ def main(argv):
   if _RESULTS.value:
     if not _METRIC.value:
       raise app.UsageError('--frontier_results needs --frontier_metric.')
-    points = plot_lib.frontier_points_from_results(
+    points = frontier.frontier_points_from_results(
       pathlib.Path(_RESULTS.value), _ROWS.value, metric=_METRIC.value
     )
     print(
-      plot_lib.plot_frontier(
+      frontier_plot.plot_frontier(
         points, out / 'frontier.png', metric=_METRIC.value, **frontier_words
       )
     )
@@ -114,15 +118,15 @@ def main(argv):
   if _LABELS.value and len(_LABELS.value) != len(dirs):
     raise app.UsageError('--labels must have one label per run.')
   if _FRONTIER.value:
-    points = plot_lib.frontier_points_from_runs(dirs, _LABELS.value)
-    metric = plot_lib.pick_metric(plot_lib.read_rows(dirs[0]))
+    points = frontier.frontier_points_from_runs(dirs, _LABELS.value)
+    metric = run_folders.pick_metric(run_folders.read_rows(dirs[0]))
     print(
-      plot_lib.plot_frontier(
+      frontier_plot.plot_frontier(
         points, out / 'frontier.png', metric=metric, **frontier_words
       )
     )
     return
-  for path in plot_lib.plot_runs(dirs, out, _LABELS.value):
+  for path in run_plots.plot_runs(dirs, out, _LABELS.value):
     print(path)
 
 

@@ -33,6 +33,7 @@ def _method_from_argv(argv) -> str:
 
 
 from tff_dp.runtime import processes  # noqa: E402  (light: no TensorFlow)
+from tff_dp.runtime import stderr_filter  # noqa: E402  (light: no TensorFlow)
 
 # The exit statuses of a refused run (`refusal`): argparse's for a usage
 # error, and 1 for data not found.
@@ -71,10 +72,10 @@ if __name__ == '__main__':
 if _method_from_argv(sys.argv[1:]) == 'ddgauss':
   os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
 
-# TensorFlow's ERROR lines as it loads (`processes.TF_STARTUP_NOISE`) are
+# TensorFlow's ERROR lines as it loads (`stderr_filter.TF_STARTUP_NOISE`) are
 # dropped; anything else it writes is kept.
 if __name__ == '__main__':
-  with processes.stderr_without(processes.TF_STARTUP_NOISE):
+  with stderr_filter.stderr_without(stderr_filter.TF_STARTUP_NOISE):
     import tensorflow  # noqa: F401
 
 from absl import app  # noqa: E402

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import results_table
-from tff_dp.reporting import plot
+from tff_dp.reporting import run_folders
 from tff_dp import privacy
 
 from benchmarks.studies.study import Row
@@ -61,7 +61,7 @@ def _flag_args(values: dict[str, Any]) -> list[str]:
 
 def read_metrics(run_dir: pathlib.Path) -> list[dict[str, float]]:
   """The numeric cells of a run's metrics.csv, a dict per round."""
-  return plot.read_rows(run_dir)
+  return run_folders.read_rows(run_dir)
 
 
 def _median(values: list[float]) -> float:
@@ -224,7 +224,7 @@ def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:
       summary.get('privacy', {}).get('tuning_outside_ledger', [])
     ),
     # Why the epsilon is not a rigorous guarantee, if the run says so
-    # (`outputs.guarantee_caveat`; e.g. DDGauss under Poisson sampling).
+    # (`privacy_summary.guarantee_caveat`; e.g. DDGauss under Poisson sampling).
     'guarantee caveat': summary.get('privacy', {}).get('guarantee_caveat')
     or '',
   }

@@ -15,6 +15,7 @@ from tff_dp.runtime import contexts
 from tff_dp import privacy
 from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import ddgauss_accounting
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dpsfl
@@ -192,8 +193,10 @@ def test_released_event_reads_every_private_factory(wrap):
   # DDGauss: from the noise that ran, in its measurements.
   factory = ddgauss.ddgauss_mean(Z, 2, 1.0, min_clients=2, bits=16)
   event, out = _released(factory, _clients(2))
-  assert event == ddgauss.round_event_from_measurements(out.measurements)
-  assert isinstance(event, ddgauss.DiscreteGaussianSumDpEvent)
+  assert event == ddgauss_accounting.round_event_from_measurements(
+    out.measurements
+  )
+  assert isinstance(event, ddgauss_accounting.DiscreteGaussianSumDpEvent)
 
 
 def test_released_event_reads_a_weighted_factory_and_refuses_a_non_private():

@@ -16,6 +16,7 @@ from tff_dp.aggregators import cmp_fed
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.aggregators import weighting
 
 CLIP = 0.7
@@ -76,7 +77,7 @@ _PRIVATE = {
     noise_multiplier=_Z,
     clients_per_round=3,
     initial_clip=CLIP,
-    adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=1.5),
+    adaptive=dpsfl_adaptive_clip.AdaptiveClip(bit_noise_multiplier=1.5),
     noise_seed=5,
   ),
 }

@@ -60,7 +60,7 @@ import pytest
 
 from tff_dp.job import experiment_config
 from tff_dp import methods
-from tff_dp.job import outputs
+from tff_dp.job import checkpoints
 from tff_dp import run
 from tff_dp.aggregators import ddgauss
 
@@ -511,7 +511,7 @@ def test_a_kept_runs_command_rebuilds_the_config_it_ran_with(
   # Where a row's run folder is kept, its config.json says what ran: the
   # recorded command must build the same config (settings added since read
   # at their legacy value, as a resumed run reads them; where and how fast
-  # it ran aside: `outputs.check_same_config`).
+  # it ran aside: `checkpoints.check_same_config`).
   tables = _tables()
   checked = 0
   for run_dir in _kept_runs():
@@ -530,6 +530,6 @@ def test_a_kept_runs_command_rebuilds_the_config_it_ran_with(
     copy = tmp_path / run_dir.parent.name / run_dir.name
     copy.mkdir(parents=True)
     (copy / 'config.json').write_text(json.dumps(old))
-    outputs.check_same_config(copy, config)
+    checkpoints.check_same_config(copy, config)
     checked += 1
   assert checked >= 14

@@ -257,7 +257,7 @@ def test_render_only_rewrites_the_table_from_its_store(tmp_path, monkeypatch):
 def test_a_finished_rows_small_files_are_kept_for_replotting(
   tmp_path, monkeypatch
 ):
-  from tff_dp.reporting import plot
+  from tff_dp.reporting import run_folders
 
   monkeypatch.setattr(studies.runner, 'RESULTS', tmp_path / 'results')
   run_dir = tmp_path / 'run'
@@ -286,9 +286,9 @@ def test_a_finished_rows_small_files_are_kept_for_replotting(
   for name in studies.runner.KEPT_RUN_FILES:
     assert (kept / name).read_bytes() == (run_dir / name).read_bytes()
   # The copy reads like the run folder for the plots.
-  assert plot.read_rows(kept) == plot.read_rows(run_dir)
+  assert run_folders.read_rows(kept) == run_folders.read_rows(run_dir)
   # With the non-private columns merged in by round.
-  assert plot.read_rows(kept)[1] == {
+  assert run_folders.read_rows(kept)[1] == {
     'round': 10.0,
     'test_accuracy': 0.625,
     'train_loss': 0.25,

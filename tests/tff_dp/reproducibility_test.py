@@ -5,7 +5,7 @@ import csv
 import numpy as np
 import pytest
 
-from tff_dp.job import outputs
+from tff_dp.job import metrics_log
 from tff_dp.job import training
 
 
@@ -32,7 +32,7 @@ def _one_round(out, data_dir):
   )
   training.run_experiment(config)
   (row,) = list(
-    csv.DictReader(open(out / outputs.NON_PRIVATE_DIR / 'metrics.csv'))
+    csv.DictReader(open(out / metrics_log.NON_PRIVATE_DIR / 'metrics.csv'))
   )
   with np.load(out / 'final_model_weights.npz') as weights:
     return row['train_loss'], {k: weights[k] for k in weights.files}

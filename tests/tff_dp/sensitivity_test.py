@@ -28,6 +28,7 @@ from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_queries
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.aggregators import finite_guard
 
 CLIP = 0.7
@@ -91,7 +92,7 @@ def _process(name):
       noise_multiplier=0.0,
       clients_per_round=1,
       initial_clip=CLIP,
-      adaptive=dpsfl.AdaptiveClip(bit_noise_multiplier=0.0),
+      adaptive=dpsfl_adaptive_clip.AdaptiveClip(bit_noise_multiplier=0.0),
     ),
     'cmp_fed': cmp_fed.cmp_fed(
       2, noise_multiplier=0.0, clients_per_round=1, clip_u=CLIP, clip_v=0.3

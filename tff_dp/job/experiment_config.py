@@ -15,7 +15,7 @@ from tff_dp.job import noise_plan
 from tff_dp.methods import settings
 
 # Settings that say where and how fast a run goes, or what it may do, not
-# what it computes: a resume may change them (`outputs.check_same_config`).
+# what it computes: a resume may change them (`checkpoints.check_same_config`).
 EXECUTION_ONLY = tuple(
   f.name for f in settings.fields_where(settings.EXECUTION_ONLY)
 )
@@ -122,7 +122,9 @@ class ExperimentConfig(settings.RunSettings):
       raise ValueError('target_epsilon needs delta: set --delta in (0, 1).')
     method = methods_lib.METHODS[self.method]
     noise_plan.check(self)
-    if self.noise != 'iid' and not (method.private and method.correlated_noise):
+    if self.noise != settings.IID and not (
+      method.private and method.correlated_noise
+    ):
       supported = sorted(
         name for name, m in methods_lib.METHODS.items() if m.correlated_noise
       )
@@ -173,7 +175,7 @@ def with_settings_added_since(saved: dict[str, Any]) -> dict[str, Any]:
   where the new default changed the behaviour, else today's default (see
   `methods.LEGACY_DEFAULTS`). Keys already in `saved` are kept as saved.
 
-  A resume (`outputs.check_same_config`) and the noise-seed registry
+  A resume (`checkpoints.check_same_config`) and the noise-seed registry
   (`noise_seeds`) compare a saved configuration through this, so a setting
   added after a run started is not taken for a change of configuration.
   """

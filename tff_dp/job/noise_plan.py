@@ -28,6 +28,7 @@ from absl import logging
 
 from tff_dp import privacy
 from tff_dp.aggregators import mf_strategy
+from tff_dp.methods import settings
 
 # --bands=auto's candidates (those that fit the rate and the rounds).
 AUTO_BANDS = (1, 2, 4, 8, 16, 32, 64)
@@ -83,7 +84,7 @@ def check(config) -> None:
     ValueError: Naming the values that do not go together.
   """
   cyclic = config.participation != 'independent'
-  if config.noise != 'iid' and not cyclic:
+  if config.noise != settings.IID and not cyclic:
     raise ValueError(
       f'--noise={config.noise} (noise correlated across rounds) needs a '
       'cyclic --participation (cyclic_poisson or cyclic; see '
@@ -108,13 +109,13 @@ def check(config) -> None:
       "round's group with a probability (--client_sampling_rate), not a "
       f'fixed cohort. Found clients_per_round={config.clients_per_round!r}.'
     )
-  if config.noise == 'blt' and config.participation != 'cyclic':
+  if config.noise == settings.BLT and config.participation != 'cyclic':
     raise ValueError(
       'BLT noise has no amplified accounting here: use '
       '--participation=cyclic (min-separation). Found '
       f'{config.participation!r}.'
     )
-  auto = config.noise == 'banded' and config.bands == 'auto'
+  auto = config.noise == settings.BANDED and config.bands == 'auto'
   if auto:
     if config.participation != 'cyclic_poisson':
       raise ValueError(
@@ -133,7 +134,7 @@ def check(config) -> None:
         '--bands=auto compares strategies at the target epsilon: set '
         '--target_epsilon (or an integer --bands).'
       )
-  elif config.noise != 'banded' and config.participation_groups is None:
+  elif config.noise != settings.BANDED and config.participation_groups is None:
     raise ValueError(
       f'--participation={config.participation} with --noise={config.noise} '
       'needs --participation_groups (the number of groups, >= 1).'
@@ -159,9 +160,9 @@ def resolve(config, num_clients: int, delta: Optional[float]) -> NoisePlan:
   if rate is None:
     rate = min(10, num_clients) / num_clients
   rounds, momentum = config.rounds, config.server_momentum
-  if config.noise == 'iid':
+  if config.noise == settings.IID:
     return NoisePlan(groups=config.participation_groups)
-  if config.noise == 'blt':
+  if config.noise == settings.BLT:
     groups = config.participation_groups
     strategy = mf_strategy.optimize_blt(
       config.blt_buffers,
@@ -200,7 +201,7 @@ def resolve_in(
 ) -> NoisePlan:
   """`resolve`, kept in the run folder: the first invocation writes the
   plan to `output_dir / PLAN_FILE`, a resumed one reads it back (the
-  folder's settings are the run's: `outputs.check_same_config`).
+  folder's settings are the run's: `checkpoints.check_same_config`).
 
   Raises:
     ValueError: As `resolve`; or if the folder's plan is unreadable or is
@@ -218,7 +219,7 @@ def resolve_in(
         'root_output_dir.'
       ) from e
     kind = None if plan.strategy is None else plan.strategy.kind
-    wanted = None if config.noise == 'iid' else config.noise
+    wanted = None if config.noise == settings.IID else config.noise
     if kind != wanted:
       raise ValueError(
         f'{path} holds a {kind or "iid"} noise plan, not --noise='

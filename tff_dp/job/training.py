@@ -14,15 +14,15 @@
      (`tff.program.FileProgramStateManager`, in the run folder's
      owner-only `secret/checkpoints/`), and only once that checkpoint is
      on disk releases its rounds: their rows in `metrics.csv`, TensorBoard
-     and the progress log;
+     and the progress log (`round_finishing`);
   5. writes `summary.json` with every setting the run used (the method's
      options included), the final results and the run's provenance (the
      git commit of the source tree and whether it was dirty, the library
-     versions, the data files read; `outputs.run_provenance`), and the
+     versions, the data files read; `provenance.run_provenance`), and the
      final model weights to `final_model_weights.npz`, and deletes the
      secret folder unless `keep_checkpoints`.
 
-What is written is only what the ledger covers (`outputs.RunFiles`):
+What is written is only what the ledger covers (`run_files.RunFiles`):
 settings, epsilon, bytes per client, the model and test metrics on data no
 client holds. Cohort sizes, train loss, update diagnostics, timings, byte
 totals and raw TFF measurements go to `non_private/` only with
@@ -62,15 +62,19 @@ import tensorflow_federated as tff
 
 from tff_dp.runtime import composition
 from tff_dp.aggregators import dp_events
-from tff_dp.client_works import diagnostics
 from tff_dp.runtime import distributed
 from tff_dp.runtime import evaluation
 from tff_dp.methods import options as options_lib
 from tff_dp.job import noise_seeds
 from tff_dp import privacy
-from tff_dp.runtime import processes
 from tff_dp.job import experiment_config
-from tff_dp.job import outputs
+from tff_dp.job import checkpoints
+from tff_dp.job import events_file
+from tff_dp.job import metrics_log
+from tff_dp.job import privacy_summary
+from tff_dp.job import provenance as provenance_lib
+from tff_dp.job import round_finishing
+from tff_dp.job import run_files
 
 # run_experiment's config, as `training.ExperimentConfig` for its callers.
 from tff_dp.job.experiment_config import ExperimentConfig  # noqa: F401 (API)
@@ -127,7 +131,7 @@ class _Progress:
   ledger: Optional[privacy.PrivacyLedger]
   rows: list
   start_round: int
-  files: outputs.RunFiles
+  files: run_files.RunFiles
   manager: Any
   # Rows of rounds finished but not yet released: written to the run
   # folder once the checkpoint that covers them is on disk.
@@ -156,7 +160,7 @@ def run_experiment(
       column (non-private ones included: an in-process caller's choice).
 
   Returns:
-    What `summary.json` holds (`outputs.RunFiles.returned_summary`): with
+    What `summary.json` holds (`run_files.RunFiles.returned_summary`): with
     `release_non_private_metrics`, the non-private part merged in.
 
   Raises:
@@ -169,8 +173,8 @@ def run_experiment(
   """
   config, output_dir = _checked(config, clip_probe)
   if output_dir is not None:
-    outputs.check_same_config(output_dir, config)
-    finished = outputs.finished_summary(
+    checkpoints.check_same_config(output_dir, config)
+    finished = checkpoints.finished_summary(
       output_dir, config.release_non_private_metrics
     )
     if finished is not None:
@@ -191,7 +195,7 @@ def run_experiment(
   prepared = prepare(config)
   # What this invocation runs and reads, taken before it trains (the
   # summary's `provenance` and `data_files_sha256`).
-  provenance = outputs.run_provenance(prepared.task)
+  provenance = provenance_lib.run_provenance(prepared.task)
   progress = _restore(config, prepared, output_dir)
   start = time.perf_counter()
   totals = _train(config, prepared, progress, round_callback)
@@ -201,13 +205,13 @@ def run_experiment(
   summary['provenance'], summary['data_files_sha256'] = provenance
   summary['wall_seconds_this_invocation'] = time.perf_counter() - start
   if output_dir is not None:
-    outputs.save_model_weights(
+    run_files.save_model_weights(
       output_dir / 'final_model_weights.npz',
       model_weights(prepared.process, progress.state),
     )
     progress.files.write_summary(summary)
     if not config.keep_checkpoints:
-      outputs.delete_secret(output_dir)
+      checkpoints.delete_secret(output_dir)
   if config.local_workers:
     distributed.stop_local_workers()
   return progress.files.returned_summary(summary)
@@ -259,7 +263,7 @@ def _restore(config, prepared, output_dir) -> _Progress:
     else None,
     rows=[],
     start_round=1,
-    files=outputs.RunFiles(
+    files=run_files.RunFiles(
       output_dir,
       config.release_non_private_metrics,
       test_private=not task.test_held_by_clients,
@@ -271,22 +275,22 @@ def _restore(config, prepared, output_dir) -> _Progress:
   # The two latest checkpoints: if the newest is unreadable (a crash while
   # writing it, before its rounds were released), the previous one is used.
   progress.manager = tff.program.FileProgramStateManager(
-    str(outputs.checkpoint_dir(output_dir)),
-    prefix=outputs.CHECKPOINT_PREFIX,
+    str(checkpoints.checkpoint_dir(output_dir)),
+    prefix=checkpoints.CHECKPOINT_PREFIX,
     keep_total=2,
     keep_first=False,
   )
-  released, _ = outputs.released_rounds(output_dir)
+  released, _ = checkpoints.released_rounds(output_dir)
   restored, version = asyncio.run(
-    outputs.load_latest_readable(
+    checkpoints.load_latest_readable(
       progress.manager, (progress.state, np.str_('')), released
     )
   )
   # Before anything in the folder changes.
-  _check_released(output_dir, version)
+  checkpoints.check_released(output_dir, version)
   if restored is not None and version > 0:
     progress.state, runner_json = restored
-    runner = outputs.RunnerState.from_json(runner_json)
+    runner = checkpoints.RunnerState.from_json(runner_json)
     progress.rng.bit_generator.state = runner.rng_state
     progress.rows = runner.all_rows()
     if progress.ledger is not None:
@@ -300,49 +304,23 @@ def _restore(config, prepared, output_dir) -> _Progress:
         )
     progress.start_round = runner.round_num + 1
     if progress.files.diagnostics_path is not None:
-      outputs.move_legacy_non_private(output_dir)
-      outputs.truncate_diagnostics(
+      run_files.move_legacy_non_private(output_dir)
+      run_files.truncate_diagnostics(
         progress.files.diagnostics_path, runner.round_num
       )
     logging.info(
       'Resumed from checkpoint of round %d in %s', version, output_dir
     )
-  outputs.atomic_write(
+  metrics_log.atomic_write(
     output_dir / 'config.json', json.dumps(config.to_dict(), indent=2)
   )
   # Rounds checkpointed but not yet released (a stop between the two, or
   # inside the release, after the events and before metrics.csv): the
   # events the folder lacks, and metrics.csv rewritten with every row.
-  events_last = outputs.last_event_round(output_dir)
+  events_last = events_file.last_event_round(output_dir)
   progress.pending = [r for r in progress.rows if r['round'] > events_last]
-  _release(config, progress)
+  round_finishing.release(config, progress)
   return progress
-
-
-def _check_released(output_dir, restored: int) -> None:
-  """Raises ConfigError if the folder holds rounds after `restored`, the
-  round of the checkpoint the run resumes from (0: none)."""
-  released, files = outputs.released_rounds(output_dir)
-  if released <= restored:
-    return
-  rounds = (
-    f'round {released}'
-    if released == restored + 1
-    else f'rounds {restored + 1}-{released}'
-  )
-  found = (
-    f'the newest readable checkpoint is of round {restored}'
-    if restored
-    else 'it has no readable checkpoint'
-  )
-  raise ConfigError(
-    f'{output_dir} holds released results of {rounds} ({", ".join(files)}), '
-    f'but {found} ({output_dir / outputs.CHECKPOINT_DIR}). Training '
-    f'{"it" if released == restored + 1 else "them"} again would release '
-    'new results of the same rounds with fresh noise, which the privacy '
-    "ledger would not charge. Keep this folder's files as that run's "
-    'results, and start the run again in a new --root_output_dir.'
-  )
 
 
 class _Cohorts:
@@ -391,87 +369,6 @@ class _Cohorts:
     self._pool.shutdown(wait=True)
 
 
-@dataclasses.dataclass
-class _Finished:
-  """What a round hands to its finishing step (`_finish_round`): its
-  output, and what the main thread read before the next round started."""
-
-  round_num: int
-  output: Any
-  row: dict
-  totals: dict
-  rng_state_after_round: Any
-  # The ledger's composed event and JSON after this round (private runs).
-  event: Optional[Any]
-  ledger_json: Optional[str]
-  # On evaluation rounds, the future of the test metrics and their seconds.
-  evaluation: Optional[concurrent.futures.Future]
-
-
-# Finish rounds (epsilon, diagnostics, the row) on one background thread
-# while the next round trains. What runs there is Python and NumPy only
-# (dp_accounting, and waiting for the evaluator's result); checkpoints,
-# which run TF, and the release of the rounds they cover stay on the main
-# thread, and evaluation runs in the evaluator (a child process by
-# default). With Keras' evaluation and TFF's checkpoint on the finishing
-# thread, a fresh-clone CI run saw one `python -m tff_dp.run` segfault
-# (exit -11).
-BACKGROUND_FINISH = True
-
-
-class _Finisher:
-  """Finishes each round (epsilon, its row) on one background thread while
-  the next round trains, one round deep; the main thread's part (the
-  checkpoint when due, then the release of the rounds it covers) runs once
-  the round's row is made.
-
-  The TF and TFF calls (the round, reading the weights to evaluate, the
-  checkpoint) stay on the main thread; what the finishing step reads is
-  handed to it, so the numbers and files are those of finishing each round
-  before the next.
-  `round_callback(t)` runs once round t is finished (its row made, and
-  when due its checkpoint written and its rounds released).
-  """
-
-  def __init__(self, round_callback):
-    self._pool = concurrent.futures.ThreadPoolExecutor(1)
-    self._pending = None
-    self._callback = round_callback
-
-  def submit(self, fn, round_num: int, then=None) -> None:
-    """Runs `fn` (in the background) and then `then` (on this thread)."""
-    self.wait()
-    if BACKGROUND_FINISH:
-      self._pending = (self._pool.submit(fn), round_num, then)
-      return
-    fn()
-    self._pending = (None, round_num, then)
-    self.wait()
-
-  def wait(self) -> None:
-    """Blocks until the round in flight is finished (re-raising its error)."""
-    if self._pending is None:
-      return
-    future, round_num, then = self._pending
-    self._pending = None
-    if future is not None:
-      future.result()
-    if then is not None:
-      then()
-    # Freed native buffers back to the OS (processes.release_free_memory;
-    # the performance notes' "Memory over long runs" say what it did and
-    # did not fix).
-    processes.release_free_memory()
-    if self._callback is not None:
-      self._callback(round_num)
-
-  def close(self) -> None:
-    try:
-      self.wait()
-    finally:
-      self._pool.shutdown(wait=True)
-
-
 def _train(config, prepared, progress, round_callback) -> dict:
   """Runs the rounds from `progress.start_round`; returns the byte totals."""
   rows = progress.rows
@@ -486,7 +383,7 @@ def _train(config, prepared, progress, round_callback) -> dict:
     prepared.task, in_process=not config.background_evaluation
   )
   cohorts = _Cohorts(config, prepared, progress.rng, progress.start_round)
-  finisher = _Finisher(round_callback)
+  finisher = round_finishing.Finisher(round_callback)
   upcoming = cohorts.draw() if progress.start_round <= config.rounds else None
   try:
     for round_num in range(progress.start_round, config.rounds + 1):
@@ -507,7 +404,9 @@ def _train(config, prepared, progress, round_callback) -> dict:
         'sampled_clients': len(ids),
         'empty_clients_skipped': num_empty,
       }
-      job = _hand_off(config, prepared, progress, output, row, totals)
+      job = round_finishing.hand_off(
+        config, prepared, progress, output, row, totals
+      )
       job.rng_state_after_round = rng_state
       job.evaluation = _evaluation(
         config, prepared, round_num, output, evaluator
@@ -523,12 +422,14 @@ def _train(config, prepared, progress, round_callback) -> dict:
       }
       finisher.submit(
         functools.partial(
-          _finish_round, config, prepared, progress, job, timings
+          round_finishing.finish_round, config, prepared, progress, job, timings
         ),
         round_num,
-        then=functools.partial(_checkpoint_and_release, config, progress, job),
+        then=functools.partial(
+          round_finishing.checkpoint_and_release, config, progress, job
+        ),
       )
-      if _checkpoint_due(config, round_num):
+      if round_finishing.checkpoint_due(config, round_num):
         finisher.wait()  # The checkpoint holds this round's row.
   finally:
     try:
@@ -537,27 +438,6 @@ def _train(config, prepared, progress, round_callback) -> dict:
       cohorts.close()
       evaluator.close()
   return totals
-
-
-def _hand_off(config, prepared, progress, output, row, totals) -> _Finished:
-  """The main thread's part of a round's results: the DP event recorded in
-  the ledger (and its JSON when a checkpoint is due)."""
-  round_num = row['round']
-  event = ledger_json = None
-  if prepared.method.private:
-    progress.ledger.record(
-      dp_events.released_event(
-        prepared.aggregator,
-        output.state.aggregator,
-        output.metrics['aggregator'],
-      )
-    )
-    event = progress.ledger.composed_event()
-    if _checkpoint_due(config, round_num) and progress.manager is not None:
-      ledger_json = progress.ledger.to_json()
-  return _Finished(
-    round_num, output, row, dict(totals), None, event, ledger_json, None
-  )
 
 
 def _evaluation(config, prepared, round_num, output, evaluator):
@@ -581,38 +461,13 @@ def model_weights(process, state):
   return process.get_model_weights(state)
 
 
-def _checkpoint_due(config, round_num: int) -> bool:
-  return round_num % config.checkpoint_every == 0 or round_num == config.rounds
-
-
-def _finish_round(config, prepared, progress, job, timings):
-  """A round's results in its row, held for release; its non-private
-  files written (on the finishing thread)."""
-  hists = _round_results(config, prepared, progress, job)
-  job.row.update(timings)
-  progress.rows.append(job.row)
-  progress.pending.append(job.row)
-  progress.files.write_non_private(progress.rows, hists)
-  if (
-    not progress.pld_reason_logged
-    and 'epsilon_pld' in job.row
-    and np.isnan(job.row['epsilon_pld'])
-  ):
-    progress.pld_reason_logged = True
-    logging.info(
-      'No PLD epsilon for this run (the progress lines show eps_rdp only): '
-      '%s',
-      privacy.pld_unavailable_reason(job.event, progress.ledger.sampling),
-    )
-
-
 def _next_round(config, prepared, progress, round_num, data):
   """One `process.next`; on TFF workers, a failure says how to resume."""
   process, state = prepared.process, progress.state
   if config.client_lr_decay != 1.0:
     # A function of the round only, so a resumed run is exact.
     state = composition.with_client_learning_rate(
-      process, state, client_lr_at(config, round_num)
+      process, state, round_finishing.client_lr_at(config, round_num)
     )
   if not (config.workers or config.local_workers):
     return process.next(state, data)
@@ -628,93 +483,6 @@ def _next_round(config, prepared, progress, round_num, data):
       'in the output directory: restart the workers and rerun the same '
       'command to resume.'
     ) from e
-
-
-def _round_results(config, prepared, progress, job):
-  """Adds the round's results to its row (in the columns' order); returns
-  the diagnostics' histograms."""
-  round_num, cost, method = job.round_num, prepared.cost, prepared.method
-  output, row, totals = job.output, job.row, job.totals
-  metrics: dict = {}
-  outputs.flatten('', output.metrics, metrics)
-  row.update(
-    {
-      'train_loss': metrics.get('client_work/train/loss', float('nan')),
-      'bytes_down_per_client': cost.down,
-      'bytes_up_per_client': cost.up,
-      'bytes_down_total': totals['down'],
-      'bytes_up_total': totals['up'],
-    }
-  )
-  if config.client_lr_decay != 1.0:
-    row['client_lr'] = client_lr_at(config, round_num)
-  if method.private:
-    # The ledger's epsilon after this round (`PrivacyLedger.epsilon`).
-    ledger = progress.ledger
-    row['epsilon_rdp'], row['epsilon_pld'] = privacy.epsilon_of(
-      job.event, ledger.sampling, ledger.delta
-    )
-    row['noise_multiplier'] = prepared.params.noise_multiplier
-  released = dp_events.released_values(output.metrics['aggregator'])
-  if released.clip is not None or method.private:
-    row['clip'] = (
-      released.clip if released.clip is not None else prepared.params.clip
-    )
-  # DP (charged to the round's event): --fraction_clipped_stddev.
-  if released.dp_fraction_clipped is not None:
-    row['dp_fraction_clipped'] = released.dp_fraction_clipped
-  if job.evaluation is not None:
-    row.update(job.evaluation.result())
-  extra = output.metrics.get('client_work', {}).get('extra', {})
-  vectors = {diagnostics.PREFIX + k: np.asarray(v) for k, v in extra.items()}
-  row.update(diagnostics.summarize({**metrics, **vectors}))
-  if 'aggregator/non_finite_clients' in metrics:
-    row['non_finite_clients'] = metrics['aggregator/non_finite_clients']
-  row.update({f'tff/{k}': v for k, v in metrics.items()})
-  return diagnostics.histograms(vectors)
-
-
-def _release(config, progress) -> None:
-  """The pending rounds released: their progress lines logged, their rows
-  written to the run folder."""
-  files = progress.files
-  for row in progress.pending:
-    logging.info('%s', outputs.progress_line(files.shown(row), config.rounds))
-  files.write_released(progress.rows, progress.pending)
-  progress.pending = []
-
-
-def _checkpoint_and_release(config, progress, job) -> None:
-  """When due, the checkpoint of `job`'s round, then the release of the
-  rounds it covers (on the main thread, after the round's row is made);
-  without an output directory, each round is released at once."""
-  due = _checkpoint_due(config, job.round_num)
-  if progress.manager is not None and not due:
-    logging.info(
-      'Round %d/%d trained; released with the checkpoint of round %d.',
-      job.round_num,
-      config.rounds,
-      min(
-        config.rounds,
-        (job.round_num // config.checkpoint_every + 1)
-        * config.checkpoint_every,
-      ),
-    )
-    return
-  if progress.manager is not None:
-    files = progress.files
-    runner = files.runner_state(
-      job.round_num, job.rng_state_after_round, job.ledger_json, progress.rows
-    )
-    seconds = outputs.save_checkpoint(
-      progress.manager, job.output.state, runner
-    )
-    logging.info(
-      'Checkpoint of round %d written%s',
-      job.round_num,
-      f' in {seconds:.1f} s' if files.release else '',
-    )
-  _release(config, progress)
 
 
 def _summary(config, prepared, progress, seed_clash, totals) -> dict:
@@ -743,7 +511,7 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     'dp_events': [privacy.event_to_dict(e) for e in ledger.events[-1:]]
     if ledger
     else [],
-    'privacy': outputs.privacy_section(
+    'privacy': privacy_summary.privacy_section(
       config,
       task,
       method,
@@ -763,11 +531,6 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     # then covers only the rounds from here on.
     'first_round_this_invocation': progress.start_round,
   }
-
-
-def client_lr_at(config: ExperimentConfig, round_num: int) -> float:
-  """Round `round_num`'s (1-based) client lr: client_lr x decay^(t - 1)."""
-  return config.client_lr * config.client_lr_decay ** (round_num - 1)
 
 
 def clip_from_fedavg(

@@ -10,8 +10,10 @@ from tff_dp.client_works import lus
 from tff_dp.methods import dp_fedavg
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
+@options.refusing(-1.0, math.inf, math.nan)
 def _finite_non_negative(name, value):
   if not (
     isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
@@ -54,7 +56,7 @@ class BlurLusOptions(BlurOptions, LusOptions):
   pass
 
 
-def _method(name, description, options_cls, build_client_work):
+def _method(name, description, options_cls, build_client_work, style_):
   """Local training `build_client_work` + DP-FedAvg aggregation.
 
   The update is sent dense through secure sum (LUS's zeros included, as in
@@ -70,6 +72,8 @@ def _method(name, description, options_cls, build_client_work):
     round_event=registry.gaussian,
     build_client_work=build_client_work,
     correlated_noise=True,
+    style=style_,
+    docs_page='papers/blur_lus.md',
   )
 
 
@@ -86,6 +90,7 @@ registry.register(
       clip_norm=p.clip,
       extra_metrics_fn=registry.client_metrics_fn(p),
     ),
+    style.Style('DP-FedAvg + BLUR', style.CYAN, 'p'),
   )
 )
 registry.register(
@@ -100,6 +105,7 @@ registry.register(
       sparsity=p.options.lus_sparsity,
       extra_metrics_fn=registry.client_metrics_fn(p),
     ),
+    style.Style('DP-FedAvg + LUS', style.ORANGE, 'X'),
   )
 )
 registry.register(
@@ -115,5 +121,6 @@ registry.register(
       clip_norm=p.clip,
       extra_metrics_fn=registry.client_metrics_fn(p),
     ),
+    style.Style('DP-FedAvg + BLUR + LUS', style.PURPLE, 'P'),
   )
 )

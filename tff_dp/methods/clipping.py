@@ -5,6 +5,7 @@ import tensorflow_federated as tff
 
 from tff_dp.client_works import model_clip
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 registry.register(
   registry.Method(
@@ -24,6 +25,8 @@ registry.register(
         extra_metrics_fn=registry.client_metrics_fn(p),
       )
     ),
+    style=style.Style('model clipping (no DP)', style.BROWN, 'p'),
+    docs_page='papers/clipping.md',
   )
 )
 
@@ -39,5 +42,7 @@ registry.register(
       p.clip, tff.aggregators.UnweightedMeanFactory()
     ),
     upload_bytes=registry.dense_upload,
+    style=style.Style('CE-FedAvg (no DP)', style.OLIVE, 'X'),
+    docs_page='papers/clipping.md',
   )
 )

@@ -6,8 +6,10 @@ from typing import Optional
 from tff_dp.methods import communication
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import ddgauss_accounting
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +20,8 @@ class DDGaussOptions(options.Options):
     check=options.integer(2),
   )
   # None: the cohort m under fixed-size sampling, the 1% quantile of
-  # Binomial(N, q) under Poisson sampling (`tff_dp.aggregators.ddgauss`).
+  # Binomial(N, q) under Poisson sampling
+  # (`tff_dp.aggregators.ddgauss_accounting.binomial_min_clients`).
   ddgauss_min_clients: Optional[int] = options.option(
     None,
     'DDGauss: smallest cohort whose round is released (rounds below it '
@@ -54,7 +57,7 @@ def default_min_clients(sampling: privacy.Sampling) -> int:
   """
   if sampling.mode == 'fixed':
     return sampling.clients_per_round
-  return ddgauss.binomial_min_clients(
+  return ddgauss_accounting.binomial_min_clients(
     sampling.num_clients, sampling.rate, withhold_prob=0.01
   )
 
@@ -92,7 +95,7 @@ registry.register(
     # that accounting and only with the RDP accountant
     # (`privacy.calibrate_noise_multiplier` refuses 'pld'). What ran is read
     # from the measurements (`dp_events.released_event`).
-    round_event=lambda z, p: ddgauss.planned_round_event(
+    round_event=lambda z, p: ddgauss_accounting.planned_round_event(
       z,
       p.clip,
       p.expected_clients_per_round,
@@ -102,5 +105,7 @@ registry.register(
     ),
     preflight=_preflight,
     resolve=_resolve,
+    style=style.Style('DDGauss', style.PINK, 'D'),
+    docs_page='papers/ddgauss.md',
   )
 )

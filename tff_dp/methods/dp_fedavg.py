@@ -8,6 +8,7 @@ from tff_dp.aggregators import dp_fedavg
 from tff_dp.methods import options
 from tff_dp.methods import public_round
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,9 @@ registry.register(
     private=False,
     build_aggregator=lambda p: None,
     upload_bytes=registry.weighted_dense_upload,
+    style=style.Style('FedAvg (no DP)', style.BLACK, 's'),
+    docs_page='papers/dp_fedavg.md',
+    ceiling=True,
   )
 )
 
@@ -90,6 +94,10 @@ registry.register(
     setup=public_round.clip_setup(lambda p, task: [None]),
     public_round_clip=True,
     correlated_noise=True,
+    # Its correlated-noise variants sit beside it at its upload: a lighter
+    # blue tells them apart at a glance.
+    style=style.Style('DP-FedAvg', style.BLUE, 'o', variant_color=style.SKY),
+    docs_page='papers/dp_fedavg.md',
   )
 )
 
@@ -113,5 +121,7 @@ registry.register(
     ),
     upload_bytes=registry.dense_upload,
     round_event=registry.gaussian,  # The effective multiplier.
+    style=style.Style('DP-FedAvg, adaptive clip', style.SKY, 'o'),
+    docs_page='papers/dp_fedavg.md',
   )
 )

@@ -6,6 +6,7 @@ import dataclasses
 from tff_dp.aggregators import dp_randagg
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,5 +55,7 @@ registry.register(
     extra_download_bytes=lambda p: 4 * num_coordinates(p),
     round_event=registry.gaussian,
     correlated_noise=True,
+    style=style.Style('DP-RandAgg', style.VERMILION, 'v'),
+    docs_page='papers/dp_randagg.md',
   )
 )

@@ -9,6 +9,7 @@ import dp_accounting
 from tff_dp.aggregators import cmp_fed
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +131,12 @@ def _method(name: str) -> registry.Method:
     ),
     setup=_with_model_shapes,
     correlated_noise=private,
+    style=(
+      style.Style('CMP-Fed', style.GREEN, '^')
+      if private
+      else style.Style('UV-Fed (no DP)', style.BROWN, '<')
+    ),
+    docs_page='papers/cmp_fed.md',
   )
 
 

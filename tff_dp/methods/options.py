@@ -154,10 +154,29 @@ def from_flat(cls, flat: Mapping[str, Any], *, legacy: bool = False):
   return cls(**values)
 
 
-# Checks (`check(name, value)`), each naming the value and its range.
+# Checks (`check(name, value)`), each naming the value and its range. Each
+# also carries values it refuses (`refused(check)`): the registry's house
+# test feeds them to every method's options, so a new technique's checks
+# are tested without a table kept beside them.
+
+
+def refusing(*values) -> Callable[[Check], Check]:
+  """Declares values a check refuses (a decorator for a custom check)."""
+
+  def declare(check: Check) -> Check:
+    check.refused = values
+    return check
+
+  return declare
+
+
+def refused(check: Check) -> tuple[Any, ...]:
+  """The values `check` declares it refuses (empty if it declares none)."""
+  return getattr(check, 'refused', ())
 
 
 def integer(minimum: int) -> Check:
+  @refusing(minimum - 1, minimum + 0.5, True)
   def check(name, value):
     if (
       isinstance(value, bool)
@@ -174,6 +193,7 @@ def integer(minimum: int) -> Check:
 def number(*, positive: bool) -> Check:
   """A finite number, > 0 if `positive` else >= 0."""
 
+  @refusing(0 if positive else -1e-3, math.inf, math.nan, True)
   def check(name, value):
     ok = (
       isinstance(value, (int, float))
@@ -193,6 +213,11 @@ def number(*, positive: bool) -> Check:
 def interval(low: float, high: float, closed: str) -> Check:
   """A number in the interval; `closed` is '()', '(]', '[)' or '[]'."""
 
+  @refusing(
+    low if closed[0] == '(' else low - 1,
+    high if closed[1] == ')' else high + 1,
+    True,
+  )
   def check(name, value):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:

@@ -12,6 +12,7 @@ from tff_dp.aggregators import correlated_noise
 from tff_dp.client_works import diagnostics
 from tff_dp.methods import options as options_lib
 from tff_dp.methods import settings
+from tff_dp.methods import style as style_lib
 
 
 class _Params:
@@ -156,6 +157,11 @@ class Method:
       setup then sets the clip from one local round on public data).
     correlated_noise: Whether its aggregator takes `--noise=banded|blt`
       (`MethodParams.noise_strategy`), and its `round_event` says so.
+    style: Its label, colour and marker in every plot (`style.Style`).
+    ceiling: Whether its runs draw the non-private ceiling in frontier
+      plots (FedAvg).
+    docs_page: Its page under docs/ (the paper's reading and its results),
+      which names the method.
   """
 
   name: str
@@ -178,6 +184,9 @@ class Method:
   extra_download_bytes: Callable[[MethodParams], int] = lambda p: 0
   public_round_clip: bool = False
   correlated_noise: bool = False
+  style: Optional[style_lib.Style] = None
+  ceiling: bool = False
+  docs_page: Optional[str] = None
 
   def download_bytes(self, params: MethodParams) -> int:
     """The global model, float32, broadcast to each participant."""

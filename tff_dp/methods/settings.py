@@ -19,10 +19,16 @@ from tff_dp.methods import options
 
 # Field metadata: the method builders see this setting (`MethodParams`).
 BUILDERS = 'builders'
-# Field metadata: a resume may change it (`outputs.check_same_config`): it
+# Field metadata: a resume may change it (`checkpoints.check_same_config`): it
 # says where and how fast a run goes, or what it may do, not what it
 # computes.
 EXECUTION_ONLY = 'execution_only'
+
+# `--noise`'s values, named once: independent noise each round, or noise
+# correlated across rounds by banded matrix factorisation or by a buffered
+# linear Toeplitz strategy.
+IID, BANDED, BLT = 'iid', 'banded', 'blt'
+NOISES = (IID, BANDED, BLT)
 
 
 def _setting(
@@ -224,13 +230,13 @@ class RunSettings:
     legacy='balanced',
   )
   noise: str = _setting(
-    'iid',
+    IID,
     'DP noise across rounds. iid: independent each round (DP-FedAvg). '
     'banded: banded matrix factorisation (--bands), correlated over '
     'rounds, optimised at setup for server SGD with --server_momentum. '
     'blt: buffered linear Toeplitz (--blt_buffers). Correlated noise needs '
     'cyclic --participation and a method that supports it.',
-    choices=('iid', 'banded', 'blt'),
+    choices=NOISES,
   )
   bands: str = _setting(
     'auto',

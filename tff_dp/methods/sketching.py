@@ -9,8 +9,10 @@ from absl import logging
 from tff_dp.methods import communication
 from tff_dp.aggregators import count_sketch
 from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +107,7 @@ class AdaptiveSketchOptions(SketchOptions):
     'error <= gamma). absolute reproduces the rows dpsfl_ac and '
     'dpsfl_ac_gamma0.01 of benchmarks/results/seed002_emnist.md and '
     'seed002_cifar10.md.',
-    choices=dpsfl.IMPACT_RULES,
+    choices=dpsfl_adaptive_clip.IMPACT_RULES,
     legacy='absolute',
   )
 
@@ -113,8 +115,8 @@ class AdaptiveSketchOptions(SketchOptions):
     super().__post_init__()
     self.adaptive_clip().check()
 
-  def adaptive_clip(self) -> dpsfl.AdaptiveClip:
-    return dpsfl.AdaptiveClip(
+  def adaptive_clip(self) -> dpsfl_adaptive_clip.AdaptiveClip:
+    return dpsfl_adaptive_clip.AdaptiveClip(
       target_probability=self.dpsfl_target_probability,
       impact_threshold=self.dpsfl_impact_threshold,
       bit_noise_multiplier=self.dpsfl_bit_noise,
@@ -180,8 +182,16 @@ def _method(name: str) -> registry.Method:
       else None
     ),
     correlated_noise=private,
+    style=_STYLES[name],
+    docs_page='papers/dpsfl.md',
   )
 
+
+_STYLES = {
+  'fetchsgd': style.Style('FetchSGD (no DP)', style.GREY, 'd'),
+  'dpsfl': style.Style('DPSFL', style.BROWN, 'd'),
+  'dpsfl_ac': style.Style('DPSFL-AC', style.PINK, '*'),
+}
 
 for _name in ('fetchsgd', 'dpsfl', 'dpsfl_ac'):
   registry.register(_method(_name))

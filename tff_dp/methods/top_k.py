@@ -14,6 +14,7 @@ from tff_dp.client_works import fl_top
 from tff_dp.methods import options
 from tff_dp.methods import public_round
 from tff_dp.methods import registry
+from tff_dp.methods import style
 
 # FL-BASIC-DP's public clip: the median over this many random K-subsets
 # (Kerkouche et al. 2021: "the same steps are repeated for 100 times, where
@@ -119,6 +120,8 @@ def _top_k_method(
     round_event=registry.gaussian if private else None,
     public_round_clip=private,
     correlated_noise=private,
+    style=_STYLES[name],
+    docs_page='papers/fl_top.md',
     **kwargs,
   )
 
@@ -188,6 +191,13 @@ def _fl_basic_method(name: str, private: bool) -> registry.Method:
     ),
   )
 
+
+_STYLES = {
+  'fl_top': style.Style('FL-TOP (no DP)', style.ORANGE, '>'),
+  'fl_top_dp': style.Style('FL-TOP-DP', style.WINE, '^'),
+  'fl_basic': style.Style('FL-BASIC (no DP)', style.OLIVE, '<'),
+  'fl_basic_dp': style.Style('FL-BASIC-DP', style.NAVY, 'v'),
+}
 
 registry.register(_fl_top_method('fl_top', private=False))
 registry.register(_fl_top_method('fl_top_dp', private=True))

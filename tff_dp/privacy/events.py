@@ -16,7 +16,7 @@ import attr
 import dp_accounting
 
 from tff_dp.aggregators import correlated_noise
-from tff_dp.aggregators import ddgauss
+from tff_dp.aggregators import ddgauss_accounting
 from tff_dp.aggregators import dp_events
 
 
@@ -33,7 +33,7 @@ _EVENT_TYPES = {
     dp_accounting.SampledWithoutReplacementDpEvent,
     dp_accounting.SampledWithReplacementDpEvent,
     dp_accounting.UnsupportedDpEvent,
-    ddgauss.DiscreteGaussianSumDpEvent,
+    ddgauss_accounting.DiscreteGaussianSumDpEvent,
     correlated_noise.MatrixFactorizationDpEvent,
   )
 }
@@ -41,12 +41,12 @@ _EVENT_TYPES = {
 
 # Events known only by an upper bound on their RDP curve (a theorem, not
 # the divergence itself): accounted with generic subsampling bounds, no PLD.
-CURVE_EVENTS = (ddgauss.DiscreteGaussianSumDpEvent,)
+CURVE_EVENTS = (ddgauss_accounting.DiscreteGaussianSumDpEvent,)
 
 
 # Events of mechanisms whose round reveals its participant count (secure
 # aggregation tells the server; the noise variance tells everyone).
-PUBLIC_COUNT_EVENTS = (ddgauss.DiscreteGaussianSumDpEvent,)
+PUBLIC_COUNT_EVENTS = (ddgauss_accounting.DiscreteGaussianSumDpEvent,)
 
 
 def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def replace_one_event(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
   Raises:
     dp_accounting.UnsupportedEventError: If `event` is neither.
   """
-  if isinstance(event, ddgauss.DiscreteGaussianSumDpEvent):
+  if isinstance(event, ddgauss_accounting.DiscreteGaussianSumDpEvent):
     return event.with_sensitivity_scaled(2.0)
   if not isinstance(event, dp_accounting.GaussianDpEvent):
     raise dp_accounting.UnsupportedEventError(

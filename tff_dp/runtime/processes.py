@@ -18,14 +18,12 @@ runs no Python at all, so the worker was left behind holding its memory.
   main thread, so `python -m tff_dp.run` stops like on Ctrl-C: `atexit`
   runs and the workers are ended (checkpoints are written atomically, so
   the last complete one is kept).
-* TensorFlow's start-up noise (`TF_STARTUP_NOISE`) is dropped from stderr:
-  the job's own, around its TensorFlow import (`stderr_without`), and its
-  children's (`popen_dying_with_parent` copies their stderr to the job's
-  without it).
+* TensorFlow's start-up noise (`stderr_filter.TF_STARTUP_NOISE`) is
+  dropped from the children's stderr: `popen_dying_with_parent` copies
+  their stderr to the job's without it (`stderr_filter`).
 """
 
 import atexit
-import contextlib
 import ctypes
 import gc
 import os
@@ -33,10 +31,11 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from typing import BinaryIO, Iterator, Optional, Sequence
+from typing import Optional, Sequence
+
+from tff_dp.runtime import stderr_filter
 
 _PR_SET_PDEATHSIG = 1
 # prctl, looked up once here (not in the forked child); None off Linux,
@@ -331,94 +330,6 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-# Lines TensorFlow 2.14 writes to stderr at ERROR level whenever it loads,
-# GPU or not: its CUDA plugins register twice (tensorflow/tensorflow#62075).
-# TF_CPP_MIN_LOG_LEVEL=3 would hide them, but with every later C++ error
-# (TensorFlow reads the level once, at its first log line).
-TF_STARTUP_NOISE = (
-  b'Unable to register cuDNN factory',
-  b'Unable to register cuFFT factory',
-  b'Unable to register cuBLAS factory',
-)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-  """Writes `data` to `fd`; a closed reader (`| head`) drops it."""
-  try:
-    while data:
-      data = data[os.write(fd, data) :]
-  except OSError:
-    pass
-
-
-def _copy_lines_without(
-  source: BinaryIO, fd: int, markers: Sequence[bytes]
-) -> None:
-  """Copies `source`'s lines to `fd` until its end, less those holding one
-  of `markers`."""
-  for line in iter(source.readline, b''):
-    if not any(marker in line for marker in markers):
-      _write_all(fd, line)
-
-
-@contextlib.contextmanager
-def stderr_without(
-  markers: Sequence[bytes] = TF_STARTUP_NOISE,
-) -> Iterator[None]:
-  """Runs the block with this process's stderr (file descriptor 2, C++
-  included) held in a file, then writes it back less the lines holding one
-  of `markers`. For a block that ends, such as `import tensorflow`: a
-  crash inside it loses what it wrote."""
-  sys.stderr.flush()
-  try:
-    saved = os.dup(2)
-  except OSError:  # No stderr (closed): nothing to drop.
-    yield
-    return
-  try:
-    with tempfile.TemporaryFile() as held:
-      os.dup2(held.fileno(), 2)
-      try:
-        yield
-      finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        held.seek(0)
-        _copy_lines_without(held, 2, markers)
-  finally:
-    os.close(saved)
-
-
-# Children whose stderr this process copies (`popen_dying_with_parent`),
-# with their copying threads.
-_STDERR_COPIES: list[tuple[subprocess.Popen, threading.Thread]] = []
-
-
-def _copy_stderr(process: subprocess.Popen, read_fd: int) -> None:
-  """Copies `process`'s stderr (the pipe `read_fd`) to this process's on a
-  daemon thread, less `TF_STARTUP_NOISE`, until the child closes it."""
-
-  def copy():
-    with open(read_fd, 'rb') as pipe:
-      _copy_lines_without(pipe, 2, TF_STARTUP_NOISE)
-
-  thread = threading.Thread(
-    target=copy, name=f'tff_dp-stderr-{process.pid}', daemon=True
-  )
-  thread.start()
-  _STDERR_COPIES[:] = [c for c in _STDERR_COPIES if c[1].is_alive()]
-  _STDERR_COPIES.append((process, thread))
-
-
-def _finish_stderr_copies(timeout_s: float = 2.0) -> None:
-  """Waits for the copies of the children that have ended (their last
-  lines, such as a traceback), at most `timeout_s` in all."""
-  deadline = time.monotonic() + timeout_s
-  for process, thread in list(_STDERR_COPIES):
-    if process.poll() is not None:
-      thread.join(max(0.0, deadline - time.monotonic()))
-
-
 def popen_dying_with_parent(
   args: Sequence[str], **popen_kwargs
 ) -> subprocess.Popen:
@@ -426,7 +337,7 @@ def popen_dying_with_parent(
   the kernel when this process ends (however it ends).
 
   Without `stderr` (or with None), the child's stderr goes to this
-  process's, less the lines of `TF_STARTUP_NOISE`.
+  process's, less the lines of `stderr_filter.TF_STARTUP_NOISE`.
   """
   parent = os.getpid()
   read_fd = None
@@ -450,7 +361,7 @@ def popen_dying_with_parent(
     if read_fd is not None:
       os.close(popen_kwargs['stderr'])  # The child holds its own copy.
   if read_fd is not None:
-    _copy_stderr(process, read_fd)
+    stderr_filter.copy_stderr(process, read_fd)
   return process
 
 
@@ -476,7 +387,7 @@ def start_worker_binary(
     env: Its environment (default: this process's).
     stdout: Where its stdout goes (default: this process's).
     stderr: Where its stderr goes (default: this process's, less
-      `TF_STARTUP_NOISE`).
+      `stderr_filter.TF_STARTUP_NOISE`).
   """
   return popen_dying_with_parent(
     [
@@ -621,7 +532,7 @@ def _alive(pid: int) -> bool:
 def _end_at_exit() -> None:
   _SHUTTING_DOWN.set()
   end_worker_binaries()
-  _finish_stderr_copies()
+  stderr_filter.finish_stderr_copies()
   # TFF's ServiceManager.__del__ would raise at teardown (its `subprocess`
   # global is gone by then); its process has been ended above.
   for obj in gc.get_objects():

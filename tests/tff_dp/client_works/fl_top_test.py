@@ -247,7 +247,7 @@ def test_runner_fl_top_dp_clip_from_public_round(shared_data_dir, tmp_path):
   # public batch. Computed here from the pieces (the seeded public batch,
   # select_top_k, the run's local schedule) and compared with what the
   # runner used: the summary, every round's clip and the privacy section.
-  from tff_dp.reporting import plot  # pylint: disable=g-import-not-at-top
+  from tff_dp.reporting import run_folders  # pylint: disable=g-import-not-at-top
   from tff_dp.methods import public_data  # pylint: disable=g-import-not-at-top
   from tff_dp import tasks  # pylint: disable=g-import-not-at-top
   from tff_dp.job import training  # pylint: disable=g-import-not-at-top
@@ -272,7 +272,7 @@ def test_runner_fl_top_dp_clip_from_public_round(shared_data_dir, tmp_path):
   summary = training.run_experiment(config)
   assert summary['clip'] == pytest.approx(expected, rel=1e-6)
   assert summary['clip'] != config.clip
-  rows = plot.read_rows(tmp_path / 'fl_top_dp')
+  rows = run_folders.read_rows(tmp_path / 'fl_top_dp')
   assert rows[-1]['clip'] == pytest.approx(expected, rel=1e-6)
   ledger = ' '.join(summary['privacy']['tuning_outside_ledger'])
   assert "one local round on the server's public batch" in ledger

@@ -9,6 +9,7 @@ from dp_accounting import rdp
 import numpy as np
 import pytest
 
+from tff_dp import methods
 from tff_dp import privacy
 from tff_dp.job import noise_plan
 from tff_dp.job import cohorts
@@ -387,8 +388,6 @@ def test_one_band_one_group_is_dp_fedavg_bit_for_bit(tmp_path, shared_data_dir):
 
 
 def test_the_round_event_the_noise_is_calibrated_with_is_the_ledgers():
-  from tff_dp import methods  # pylint: disable=g-import-not-at-top
-
   strategy = mf_strategy.optimize_banded(2, 10)
   params = methods.MethodParams(
     num_model_params=3, expected_clients_per_round=1.0, noise_strategy=strategy
@@ -399,16 +398,18 @@ def test_the_round_event_the_noise_is_calibrated_with_is_the_ledgers():
   )
 
 
-# Every method with correlated noise but DP-FedAvg (tested above): what it
-# needs on the heart task, and its round's streams' multipliers at z = 0.8
-# (merged by the ledger: 1/z^2 = sum 1/z_i^2).
+# Every method with correlated noise but DP-FedAvg (tested above), from the
+# registry: a method runs on the heart task with its defaults, and its round
+# is one Gaussian stream at z = 0.8, unless listed here with what it needs
+# and its round's streams' multipliers (merged by the ledger: 1/z^2 = sum
+# 1/z_i^2, worked out by hand).
 _Z = 0.8
-_CORRELATED = {
-  'blur': ({}, [_Z]),
-  'lus': ({}, [_Z]),
-  'blur_lus': ({}, [_Z]),
-  'dp_randagg': ({}, [_Z]),
-  'fl_basic_dp': ({}, [_Z]),
+_CORRELATED = sorted(
+  n
+  for n, m in methods.METHODS.items()
+  if m.correlated_noise and n != 'dp_fedavg'
+)
+_NEEDS = {
   'fl_top_dp': (dict(task_kwargs=(('server_batch_size', 100),)), [_Z]),
   'cmp_fed': ({}, [_Z, _Z]),
   'dpsfl': (dict(sketch_columns=200, sketch_k=20), [_Z]),
@@ -419,20 +420,18 @@ _CORRELATED = {
 }
 
 
-def test_every_correlated_noise_method_has_a_runner_case():
-  from tff_dp import methods  # pylint: disable=g-import-not-at-top
-
-  have = {n for n, m in methods.METHODS.items() if m.correlated_noise}
-  assert have == set(_CORRELATED) | {'dp_fedavg'}
-  assert all(methods.METHODS[n].private for n in have)
+def test_the_correlated_noise_methods_are_private_and_the_table_is_theirs():
+  assert set(_NEEDS) <= set(_CORRELATED)
+  assert len(_CORRELATED) >= 9  # The registry was read.
+  assert all(methods.METHODS[n].private for n in _CORRELATED)
 
 
-@pytest.mark.parametrize('name', sorted(_CORRELATED))
+@pytest.mark.parametrize('name', _CORRELATED)
 def test_each_correlated_noise_method_runs_and_is_accounted_as_merged_mf(
   tmp_path, shared_data_dir, name
 ):
   del shared_data_dir
-  extra, streams = _CORRELATED[name]
+  extra, streams = _NEEDS.get(name, ({}, [_Z]))
   summary = training.run_experiment(
     _config(tmp_path, method=name, rounds=2, noise_multiplier=_Z, **extra)
   )

@@ -1,5 +1,6 @@
+"""The privacy ledger's epsilon equals dp_accounting's, computed outside it."""
+
 import json
-import logging
 import math
 
 import dp_accounting
@@ -10,8 +11,7 @@ import numpy as np
 import pytest
 
 from tff_dp import privacy
-from tff_dp.aggregators import ddgauss
-from tff_dp.aggregators import dpsfl
+from tff_dp.aggregators import ddgauss_accounting
 
 G = dp_accounting.GaussianDpEvent
 
@@ -102,32 +102,6 @@ def test_version1_fixed_size_ledger_is_read_with_sensitivity_2c():
   ] == pytest.approx(new.epsilon()[0], rel=1e-12)
 
 
-def test_a_cyclic_ledger_saved_before_partitions_reads_back_balanced():
-  # Cyclic runs dealt their groups from a permutation of the population
-  # before `partition` existed; a resumed one must keep saying so.
-  for how in privacy.PARTITIONS:
-    sampling = privacy.Sampling(
-      'cyclic_poisson', 300, rate=0.4, groups=4, partition=how
-    )
-    saved = json.loads(privacy.PrivacyLedger(sampling, 1e-3).to_json())
-    assert saved['sampling']['partition'] == how
-    again = privacy.PrivacyLedger.from_json(json.dumps(saved)).sampling
-    assert again == sampling
-    del saved['sampling']['partition']
-    old = privacy.PrivacyLedger.from_json(json.dumps(saved)).sampling
-    assert old.partition == 'balanced'
-  # Poisson and fixed-size sampling have no groups: nothing is written.
-  poisson = privacy.Sampling('poisson', 300, rate=0.1)
-  assert 'partition' not in poisson.to_dict()
-  assert privacy.Sampling.from_dict(poisson.to_dict()) == poisson
-
-
-def test_fixed_size_rejects_non_gaussian_events():
-  sampling = privacy.Sampling('fixed', 100, clients_per_round=10)
-  with pytest.raises(dp_accounting.UnsupportedEventError, match='Poisson'):
-    sampling.wrap(dp_accounting.LaplaceDpEvent(1.0))
-
-
 @pytest.mark.parametrize('mode', ['poisson', 'fixed'])
 def test_non_private_rounds_give_infinite_epsilon(mode):
   kwargs = {'rate': 0.1} if mode == 'poisson' else {'clients_per_round': 10}
@@ -158,34 +132,6 @@ def test_epsilon_grows_with_rounds_and_changes_are_composed():
   assert second == pytest.approx(want, rel=1e-9)
 
 
-def test_merged_gaussians_equal_composed_under_rdp():
-  """Two Gaussian releases on one cohort == one Gaussian, 1/z^2 = sum."""
-  z1, z2 = 1.3, 2.1
-  merged = privacy.merge_gaussians(
-    dp_accounting.ComposedDpEvent([G(z1), G(z2)])
-  )
-  assert merged.noise_multiplier == pytest.approx((z1**-2 + z2**-2) ** -0.5)
-  q = 0.05
-  composed = dp_accounting.PoissonSampledDpEvent(
-    q, dp_accounting.ComposedDpEvent([G(z1), G(z2)])
-  )
-  single = dp_accounting.PoissonSampledDpEvent(q, merged)
-  a = rdp.RdpAccountant().compose(composed, 50).get_epsilon(1e-5)
-  b = rdp.RdpAccountant().compose(single, 50).get_epsilon(1e-5)
-  assert a == pytest.approx(b, rel=1e-6)
-
-
-def test_merge_leaves_other_events():
-  lap = dp_accounting.LaplaceDpEvent(1.0)
-  assert privacy.merge_gaussians(lap) is lap
-  mixed = dp_accounting.ComposedDpEvent([G(1.0), lap])
-  assert privacy.merge_gaussians(mixed) is mixed
-  assert isinstance(
-    privacy.merge_gaussians(dp_accounting.NoOpDpEvent()),
-    dp_accounting.NoOpDpEvent,
-  )
-
-
 def test_json_round_trip():
   sampling = privacy.Sampling('poisson', 10, rate=0.5)
   ledger = privacy.PrivacyLedger(sampling, 1e-3)
@@ -196,72 +142,6 @@ def test_json_round_trip():
   assert again.epsilon() == ledger.epsilon()
 
 
-def test_event_from_named_tuple():
-  event = dp_accounting.ComposedDpEvent([G(1.5), G(2.5)])
-  assert privacy.event_from_named_tuple(event.to_named_tuple()) == event
-
-
-@pytest.mark.parametrize('accountant', ['rdp', 'pld'])
-def test_calibration_hits_target(accountant):
-  sampling = privacy.Sampling('poisson', 6000, rate=1 / 60)
-  z = privacy.calibrate_noise_multiplier(
-    1.0, 1e-4, 180, sampling, accountant=accountant
-  )
-  ledger = privacy.PrivacyLedger(sampling, 1e-4)
-  for _ in range(180):
-    ledger.record(G(z))
-  eps = ledger.epsilon()[0 if accountant == 'rdp' else 1]
-  assert eps == pytest.approx(1.0, abs=2e-3)
-  assert eps <= 1.0 + 1e-3
-  if accountant == 'rdp':
-    assert z == pytest.approx(1.185, abs=2e-3)
-
-
-def test_calibration_two_phase_event():
-  sampling = privacy.Sampling('poisson', 1000, rate=0.05)
-  z = privacy.calibrate_noise_multiplier(
-    2.0,
-    1e-5,
-    50,
-    sampling,
-    round_event_fn=lambda z: dp_accounting.ComposedDpEvent([G(z), G(z)]),
-  )
-  single = privacy.calibrate_noise_multiplier(2.0, 1e-5, 50, sampling)
-  assert z == pytest.approx(single * math.sqrt(2), rel=1e-3)
-
-
-@pytest.mark.parametrize(
-  'kwargs, match',
-  [
-    (dict(mode='poisson', num_clients=10, rate=0.0), r'in \(0, 1\]'),
-    (dict(mode='poisson', num_clients=10, rate=1.5), r'in \(0, 1\]'),
-    (
-      dict(mode='fixed', num_clients=10, clients_per_round=11),
-      r'clients_per_round must be an integer in \[1, 10\]',
-    ),
-    (dict(mode='uniform', num_clients=10), 'sampling mode must be one of'),
-    (dict(mode='poisson', num_clients=0, rate=0.5), 'num_clients must be'),
-  ],
-)
-def test_bad_sampling(kwargs, match):
-  with pytest.raises(ValueError, match=match):
-    privacy.Sampling(**kwargs)
-
-
-@pytest.mark.parametrize(
-  'args, match',
-  [
-    ((0.0, 1e-5, 10), 'target_epsilon must be a finite number > 0'),
-    ((1.0, 0.0, 10), r'delta must be in \(0, 1\)'),
-    ((1.0, 1e-5, 0), 'rounds must be an integer >= 1'),
-  ],
-)
-def test_bad_calibration_args(args, match):
-  sampling = privacy.Sampling('poisson', 100, rate=0.1)
-  with pytest.raises(ValueError, match=match):
-    privacy.calibrate_noise_multiplier(*args, sampling)
-
-
 def test_bad_delta():
   with pytest.raises(ValueError, match=r'delta must be in \(0, 1\)'):
     privacy.PrivacyLedger(privacy.Sampling('poisson', 10, rate=0.5), 1.0)
@@ -270,75 +150,15 @@ def test_bad_delta():
 # Curve events (DDGauss): generic subsampled-RDP bounds.
 
 ORDERS = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
-INTS = ORDERS[ORDERS == np.floor(ORDERS)]
-
-
-def _gaussian_curve(z):
-  return lambda a: np.asarray(a, np.float64) / (2 * z * z)
-
-
-@pytest.mark.parametrize('scheme', ['poisson', 'without_replacement'])
-def test_subsampled_curve_at_q_one_and_zero(scheme):
-  curve = _gaussian_curve(1.3)
-  np.testing.assert_array_equal(
-    privacy.subsampled_rdp(curve, 1.0, ORDERS, scheme), curve(ORDERS)
-  )
-  np.testing.assert_array_equal(
-    privacy.subsampled_rdp(curve, 0.0, ORDERS, scheme), np.zeros(len(ORDERS))
-  )
-  for q, orders, match in (
-    (1.5, ORDERS, r'q must be in \[0, 1\]'),
-    (0.1, [1.0, 2.0], 'orders must be finite and > 1'),
-  ):
-    with pytest.raises(ValueError, match=match):
-      privacy.subsampled_rdp(curve, q, orders, scheme)
-  with pytest.raises(ValueError, match='scheme must be one of'):
-    privacy.subsampled_rdp(curve, 0.1, ORDERS, 'shuffle')
-
-
-@pytest.mark.parametrize('q', [0.001, 0.029, 0.1, 0.3, 0.7])
-@pytest.mark.parametrize('z', [0.5, 1.0, 2.0])
-def test_poisson_bound_dominates_exact_subsampled_gaussian(q, z):
-  """Zhu & Wang's Theorem 6 on the Gaussian's curve alpha / (2 z^2) is an
-  upper bound on dp_accounting's exact subsampled-Gaussian RDP at every
-  order (fractional ones through the CGF interpolation), equal at order 2
-  (where the theorem is exact), within 3x at integer orders 2..64."""
-  ours = privacy.subsampled_rdp(_gaussian_curve(z), q, ORDERS, 'poisson')
-  exact = rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(
-    q, z, ORDERS
-  )
-  assert np.all(ours >= exact * (1 - 1e-12))
-  assert ours[ORDERS == 2][0] == pytest.approx(exact[ORDERS == 2][0], rel=1e-12)
-  middle = (ORDERS == np.floor(ORDERS)) & (ORDERS <= 64)
-  assert np.max(ours[middle] / exact[middle]) < 3
-
-
-@pytest.mark.parametrize('q', [0.01, 0.1, 0.5])
-@pytest.mark.parametrize('z', [0.8, 1.0, 2.0])
-def test_wor_bound_against_dp_accounting(q, z):
-  """Wang-Balle-Kasiviswanathan's Theorem 9 on the Gaussian's curve against
-  dp_accounting's SampledWithoutReplacement Gaussian RDP (replace-one; its
-  Theorem 27, tighter for the Gaussian, and Theorem 9 itself above order
-  256), both capped by the unsampled curve: equal at integer orders for
-  z <= 1 and above 256, at most 1.5x otherwise."""
-  curve = _gaussian_curve(z)
-  ours = privacy.subsampled_rdp(curve, q, INTS, 'without_replacement')
-  theirs = np.minimum(
-    rdp_privacy_accountant._compute_rdp_sample_wor_gaussian(q, z, INTS),
-    curve(INTS),
-  )
-  assert np.all(ours >= theirs * (1 - 1e-12))
-  np.testing.assert_allclose(ours[INTS > 256], theirs[INTS > 256], rtol=1e-12)
-  if z <= 1:
-    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
-  assert np.max(ours / theirs) < 1.5
 
 
 def test_generic_bound_costs_the_issue_example():
   # Issue 83's example, at z_eff = 1: 300 rounds at q = 0.029, delta 1e-5.
   # The continuous Gaussian's 3.687 RDP / 3.245 PLD are not what the
   # theorem gives; its curve with Zhu & Wang's bound gives 4.542.
-  event = ddgauss.DiscreteGaussianSumDpEvent(1.0, 1.0, 1, 10)  # c = 1.
+  event = ddgauss_accounting.DiscreteGaussianSumDpEvent(
+    1.0, 1.0, 1, 10
+  )  # c = 1.
   sampling = privacy.Sampling('poisson', 10_000, rate=0.029)
   ledger = privacy.PrivacyLedger(sampling, 1e-5)
   for _ in range(300):
@@ -351,7 +171,9 @@ def test_generic_bound_costs_the_issue_example():
 def _ddgauss_event():
   # Delta_2 = 3e4, sigma = 8,989, h = 18 shares, d = 1,206,590: the
   # seed 000 DDGauss row's round (c = 0.787, z_eff = 1.2706).
-  return ddgauss.DiscreteGaussianSumDpEvent(30015.5, 8989.0, 18, 1206590)
+  return ddgauss_accounting.DiscreteGaussianSumDpEvent(
+    30015.5, 8989.0, 18, 1206590
+  )
 
 
 @pytest.mark.parametrize('mode', ['poisson', 'fixed'])
@@ -364,7 +186,9 @@ def test_ddgauss_ledger_matches_independent_computation(mode):
   else:
     sampling = privacy.Sampling('fixed', 300, clients_per_round=30)
     # Replace-one: Delta_2 doubled, then WBK's bound at q = m / N.
-    doubled = ddgauss.DiscreteGaussianSumDpEvent(60031.0, 8989.0, 18, 1206590)
+    doubled = ddgauss_accounting.DiscreteGaussianSumDpEvent(
+      60031.0, 8989.0, 18, 1206590
+    )
     rdp = privacy.subsampled_rdp(
       doubled.rdp, 30 / 300, ORDERS, 'without_replacement'
     )
@@ -392,7 +216,9 @@ def test_ddgauss_full_cohort_is_the_curve_by_hand(mode):
   # q = 1 (every client every round): no amplification, so T rounds have
   # RDP T alpha c^2 / 2, with c doubled under replace-one.
   event = _ddgauss_event()
-  c = 1 / ddgauss.effective_noise_multiplier(30015.5, 8989.0, 18, 1206590)
+  c = 1 / ddgauss_accounting.effective_noise_multiplier(
+    30015.5, 8989.0, 18, 1206590
+  )
   assert c == pytest.approx(30015.5 / (math.sqrt(18) * 8989.0), rel=1e-12)
   if mode == 'poisson':
     sampling = privacy.Sampling('poisson', 50, rate=1.0)
@@ -448,59 +274,3 @@ def test_nan_or_negative_multiplier_is_refused_when_recorded(event):
   ):
     ledger.record(event)
   assert ledger.rounds == 0
-
-
-def test_dpsfl_ac_warns_when_bit_noise_dominates(caplog):
-  # Issue 83 item 6: 10 expected clients, default sigma_b = 10 / 20 = 0.5,
-  # sketch z = 1.185: merged 1 / sqrt(1.185^-2 + 0.5^-2) = 0.4607, 39% of
-  # the sketch's own (below 80%).
-  assert dpsfl.merged_noise_multiplier(1.185, 0.5) == pytest.approx(
-    (1.185**-2 + 0.5**-2) ** -0.5, rel=1e-12
-  )
-  with caplog.at_level(logging.WARNING, logger='absl'):
-    dpsfl.dpsfl_ac(
-      3, 100, 5, noise_multiplier=1.185, clients_per_round=10, initial_clip=1.0
-    )
-  (record,) = (r for r in caplog.records if 'DPSFL-AC' in r.getMessage())
-  assert record.levelno == logging.WARNING
-  assert 'merged noise multiplier to 0.4607, 39%' in record.getMessage()
-  caplog.clear()
-  # 100 clients: sigma_b = 5, merged 1.153 = 97% of 1.185: no warning.
-  with caplog.at_level(logging.WARNING, logger='absl'):
-    dpsfl.dpsfl_ac(
-      3, 100, 5, noise_multiplier=1.185, clients_per_round=100, initial_clip=1.0
-    )
-  assert not [r for r in caplog.records if 'DPSFL-AC' in r.getMessage()]
-
-
-@pytest.mark.parametrize('count', [1, 7, 1000])
-def test_cached_pld_accountant_gives_dp_accountings_epsilon_to_the_bit(count):
-  sampled = dp_accounting.PoissonSampledDpEvent(
-    0.0166667, dp_accounting.GaussianDpEvent(1.1)
-  )
-  other = dp_accounting.PoissonSampledDpEvent(
-    0.05, dp_accounting.GaussianDpEvent(0.8)
-  )
-  for event in (
-    dp_accounting.SelfComposedDpEvent(sampled, count),
-    dp_accounting.ComposedDpEvent(
-      [dp_accounting.SelfComposedDpEvent(sampled, count), other]
-    ),
-  ):
-    want = pld.PLDAccountant().compose(event).get_epsilon(1e-5)
-    # Twice: the second time from the cached base distribution.
-    for _ in range(2):
-      got = privacy.PldAccountant().compose(event).get_epsilon(1e-5)
-      assert got == want
-  # Events it does not cache (no sampling, zero noise) go through
-  # dp_accounting's own path.
-  plain = dp_accounting.SelfComposedDpEvent(
-    dp_accounting.GaussianDpEvent(2.0), 3
-  )
-  assert privacy.PldAccountant().compose(plain).get_epsilon(1e-5) == (
-    pld.PLDAccountant().compose(plain).get_epsilon(1e-5)
-  )
-  zero = dp_accounting.PoissonSampledDpEvent(
-    0.1, dp_accounting.GaussianDpEvent(0.0)
-  )
-  assert privacy.PldAccountant().compose(zero).get_epsilon(1e-5) == math.inf
