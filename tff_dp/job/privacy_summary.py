@@ -45,11 +45,7 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   """The run's choices made from client data outside the privacy ledger."""
   steps = []
   if config.clip_source:
-    if config.method == 'cmp_fed':
-      c1, c2 = config.options.clips(config.clip)
-      clips = f'clips C1 {c1:.6g}, C2 {c2:.6g}'
-    else:
-      clips = f'clip {config.clip:.6g}'
+    clips = config.options.clip_words(config.clip)
     steps.append(f'{clips}: {config.clip_source}')
   if config.task in _MEDICAL_TASKS:
     steps.append(
@@ -57,22 +53,16 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       "are fitted on the pooled training data of all clients (the task's "
       'preprocessing)'
     )
-  if method.setup is not None and config.method.startswith('fl_top'):
+  if method.setup is not None and method.public_selection:
     public_set = (
       'patients held out of every client when the task is loaded'
       if config.task in _MEDICAL_TASKS
       else 'EMNIST digits stand in for the public set'
     )
-    steps.append(
-      "FL-TOP's Top-K mask is chosen on a server-held public batch "
-      f'(not client data; {public_set})'
-    )
+    steps.append(f'{method.public_selection} (not client data; {public_set})')
   if config.clip_from_public_round:
-    subset = (
-      ', the median over random K-subsets'
-      if config.method == 'fl_basic_dp'
-      else ''
-    )
+    rule = method.public_round_clip_rule
+    subset = f', {rule}' if rule else ''
     steps.append(
       'the clip (summary "clip") is the update norm of one local round on '
       f"the server's public batch{subset} (Kerkouche et al.'s rule; not "

@@ -107,5 +107,6 @@ registry.register(
     resolve=_resolve,
     style=style.Style('DDGauss', style.PINK, 'D'),
     docs_page='papers/ddgauss.md',
+    reveals_cohort_size=True,
   )
 )

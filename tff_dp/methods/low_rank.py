@@ -66,6 +66,10 @@ class CMPFedOptions(LowRankOptions):
       clip if c is None else c for c in (self.cmp_clip_u, self.cmp_clip_v)
     )
 
+  def clip_words(self, clip: float) -> str:
+    c1, c2 = self.clips(clip)
+    return f'clips C1 {c1:.6g}, C2 {c2:.6g}'
+
 
 def _with_model_shapes(p: registry.MethodParams, task, data_dir):
   del data_dir

@@ -87,6 +87,10 @@ class Options:
     """Checks that need the run's other settings (an `ExperimentConfig`)."""
     del config
 
+  def clip_words(self, clip: float) -> str:
+    """The clip(s) `clip` sets, in words (for the summary)."""
+    return f'clip {clip:.6g}'
+
   def to_flat(self) -> dict[str, Any]:
     """The options under their flag names (as saved in config.json)."""
     return {f.name: getattr(self, f.name) for f in flag_fields(type(self))}

@@ -162,6 +162,14 @@ class Method:
       plots (FedAvg).
     docs_page: Its page under docs/ (the paper's reading and its results),
       which names the method.
+    public_selection: What its `setup` chooses on the server's public
+      batch, in words, for the summary's tuning steps ('' if nothing).
+    public_round_clip_rule: How its clip from one public round is taken
+      beyond the full update's norm, in words ('' for the plain rule).
+    reveals_cohort_size: Whether its round reveals the cohort's size
+      (secure aggregation's count): a Poisson-sampled run's epsilon then
+      rests on an assumption (`privacy.POISSON_COUNT_ASSUMPTION`), and its
+      round event is one of `privacy.PUBLIC_COUNT_EVENTS`.
   """
 
   name: str
@@ -187,6 +195,9 @@ class Method:
   style: Optional[style_lib.Style] = None
   ceiling: bool = False
   docs_page: Optional[str] = None
+  public_selection: str = ''
+  public_round_clip_rule: str = ''
+  reveals_cohort_size: bool = False
 
   def download_bytes(self, params: MethodParams) -> int:
     """The global model, float32, broadcast to each participant."""

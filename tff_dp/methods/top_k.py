@@ -150,6 +150,9 @@ def _fl_top_method(name: str, private: bool) -> registry.Method:
     extra_download_bytes=lambda p: 4 * count(p)
     - communication.dense_float32_bytes(p.num_model_params),
     setup=_fl_top_setup,
+    public_selection=(
+      "FL-TOP's Top-K mask is chosen on a server-held public batch"
+    ),
     build_client_work=lambda p, model_fn, opt: fl_top.build_masked_client_work(
       model_fn,
       opt,
@@ -180,6 +183,9 @@ def _fl_basic_method(name: str, private: bool) -> registry.Method:
     # The whole model comes down, and the round's K indices (int32).
     extra_download_bytes=lambda p: 4 * count(p),
     setup=public_round.clip_setup(_fl_basic_public_masks),
+    public_round_clip_rule=(
+      'the median over random K-subsets' if private else ''
+    ),
     build_client_work=lambda p, model_fn, opt: (
       fl_top.build_random_subset_client_work(
         model_fn,

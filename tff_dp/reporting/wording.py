@@ -7,6 +7,8 @@ why a run's epsilon is not comparable with the others' (`epsilon_caveat`).
 import math
 from typing import Any, Mapping, Optional
 
+from tff_dp import methods
+
 
 # A metric's axis words, unit and the factor from its stored value.
 _METRIC_AXES = {
@@ -78,13 +80,17 @@ TABLE_CAVEAT = 'ε not rigorous: see its guarantee caveat'
 def epsilon_caveat(flags: Mapping[str, Any]) -> str:
   """Why a private run's epsilon is not comparable with the others', or ''.
 
-  DDGauss under Poisson sampling: its round reveals the cohort's count,
-  which the subsampling bound assumes hidden (`privacy.assumptions`;
+  A method whose round reveals the cohort's count
+  (`Method.reveals_cohort_size`: DDGauss) under Poisson sampling: the
+  subsampling bound assumes the count hidden (`privacy.assumptions`;
   benchmarks/results/ddgauss_reaccounting.md), so its epsilon is not
   rigorous.
   """
-  if flags.get('method') == 'ddgauss' and sampling_words(flags).startswith(
-    'Poisson'
+  method = methods.METHODS.get(flags.get('method'))
+  if (
+    method is not None
+    and method.reveals_cohort_size
+    and sampling_words(flags).startswith('Poisson')
   ):
     return 'Poisson: ε not rigorous'
   return ''

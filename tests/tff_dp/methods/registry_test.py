@@ -1,6 +1,7 @@
 """The method registry: every method's options, their flags and the
 config that carries them."""
 
+import ast
 import dataclasses
 import json
 import pathlib
@@ -177,6 +178,9 @@ def test_every_method_supplies_what_the_house_needs(name):
     pytest.skip(f'{name} plans its event after its setup')
   privacy.check_event(event)
   assert privacy.event_from_dict(privacy.event_to_dict(event)) == event
+  # A round that reveals its cohort's size says so in its entry.
+  public = privacy.events.contains(event, privacy.PUBLIC_COUNT_EVENTS)
+  assert method.reveals_cohort_size == public, name
   if method.correlated_noise:
     strategy = mf_strategy.banded([1.0, 0.5])
     event = method.round_event(_Z, _params(method, noise_strategy=strategy))
@@ -209,3 +213,37 @@ def test_the_house_test_catches_what_a_method_lacks():
   # A check that declares no refused values is reported.
   assert options.refused(lambda name, value: None) == ()
   assert options.refused(options.integer(1)) == (0, 1.5, True)
+
+
+def test_the_job_and_reporting_compare_no_method_name():
+  # What differs by method comes from its registry entry: no module of the
+  # job or of reporting tests `method == 'name'` or `startswith('name')`.
+  names = set(methods.METHODS)
+  found = []
+  folders = [_ROOT / 'tff_dp' / 'job', _ROOT / 'tff_dp' / 'reporting']
+  for path in sorted(p for f in folders for p in f.glob('*.py')):
+    for node in ast.walk(ast.parse(path.read_text())):
+      strings = []
+      if isinstance(node, ast.Compare):
+        strings = [node.left, *node.comparators]
+        strings += [
+          e
+          for c in node.comparators
+          if isinstance(c, ast.Tuple)
+          for e in c.elts
+        ]
+      elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == 'startswith'
+      ):
+        strings = list(node.args)
+      for s in strings:
+        if not (isinstance(s, ast.Constant) and isinstance(s.value, str)):
+          continue
+        if s.value in names or (
+          isinstance(node, ast.Call)
+          and any(n.startswith(s.value) for n in names)
+        ):
+          found.append(f'{path.name}:{node.lineno}: {s.value!r}')
+  assert not found, found
