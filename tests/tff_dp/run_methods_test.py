@@ -1,8 +1,13 @@
 """`python -m tff_dp.run` end to end for every registered method.
 
-One round on the tiny real heart-disease task per method, as a user runs
-it: the binary exits 0, writes its row and summary, accounts a private
-method's round and counts its bytes. DDGauss needs pure-Python protobuf
+One round on the tiny real heart-disease task per method, from its flags as
+a user gives them: the run writes its row and summary, accounts a private
+method's round and counts its bytes, and writes or logs nothing the ledger
+does not cover. Every method runs through the binary's own path in this
+process (its flags parsed, `run.config_from_flags`, the run, the final
+line); one method runs as the binary in a subprocess here, and every method
+does in `make test-slow` (each start imports TF and TFF again: about 20 s
+a method on two cores). DDGauss needs pure-Python protobuf
 (5-10 minutes a run) and fixed-size sampling here: its end-to-end run of
 the binary is `tests/aggregators/ddgauss_test.py::
 test_ddgauss_run_end_to_end_with_honest_ledger` (`make test-slow`), not
@@ -11,14 +16,17 @@ repeated here.
 
 import csv
 import json
+import logging
 import math
 import os
 import subprocess
 import sys
 
+from absl import flags
 import pytest
 
 from tff_dp import methods
+from tff_dp import run
 from tff_dp.job import preparation
 from tff_dp.job import training
 
@@ -66,12 +74,10 @@ def test_every_method_has_a_case():
   assert set(_cases()) | _ELSEWHERE == set(methods.METHODS)
 
 
-@pytest.mark.parametrize('name', _cases())
-def test_binary_runs_one_round(tmp_path, name):
+def _argv(name: str, out) -> list[str]:
   method = methods.METHODS[name]
-  out = tmp_path / name
-  cmd = (
-    [sys.executable, '-m', 'tff_dp.run', f'--method={name}']
+  return (
+    [f'--method={name}']
     + _BASE
     + _EXTRA.get(name, [])
     # A fixed --noise_seed for every method, so its Poisson cohort (4
@@ -80,16 +86,12 @@ def test_binary_runs_one_round(tmp_path, name):
     + ([f'--noise_multiplier={_NOISE}'] if method.private else [])
     + [f'--root_output_dir={out}']
   )
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  done = subprocess.run(
-    cmd, capture_output=True, text=True, timeout=600, env=env
-  )
-  # The end of stdout says whether a crashed run had finished ('final:').
-  assert (
-    done.returncode == 0
-  ), f'{_failure(done.stderr)}\nstdout ends: {done.stdout[-500:]!r}'
-  assert 'final:' in done.stdout
 
+
+def _check_run(name: str, out, final: str, log: str) -> None:
+  """What one round of `name` wrote to `out`, printed (`final`) and logged."""
+  method = methods.METHODS[name]
+  assert 'final:' in final
   with open(out / 'metrics.csv') as f:
     (row,) = list(csv.DictReader(f))
   assert row['round'] == '1'
@@ -98,7 +100,7 @@ def test_binary_runs_one_round(tmp_path, name):
   # By default nothing the ledger does not cover is written or logged.
   for column in ('train_loss', 'sampled_clients', 'bytes_up_total'):
     assert column not in row
-  assert 'train_loss' not in done.stderr
+  assert 'train_loss' not in log
   assert not (out / 'non_private').exists()
 
   summary = json.loads((out / 'summary.json').read_text())
@@ -113,6 +115,48 @@ def test_binary_runs_one_round(tmp_path, name):
     assert float(row['epsilon_rdp']) == pytest.approx(summary['epsilon_rdp'])
   else:
     assert not summary['dp_events']
+
+
+@pytest.mark.parametrize('name', _cases())
+def test_every_method_runs_one_round_from_its_flags(tmp_path, caplog, name):
+  out = tmp_path / name
+  was_parsed = flags.FLAGS.is_parsed()
+  flags.FLAGS.unparse_flags()
+  try:
+    flags.FLAGS(['tff_dp.run', *_argv(name, out), '--nobackground_evaluation'])
+    config = run.config_from_flags().validate()
+    probe = run.probe_from_flags()
+    with caplog.at_level(logging.INFO):
+      final = run.final_line(training.run_experiment(config, clip_probe=probe))
+  finally:
+    flags.FLAGS.unparse_flags()
+    if was_parsed:
+      flags.FLAGS.mark_as_parsed()
+  _check_run(name, out, final, caplog.text)
+
+
+def _binary_runs_one_round(tmp_path, name):
+  out = tmp_path / name
+  cmd = [sys.executable, '-m', 'tff_dp.run', *_argv(name, out)]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  done = subprocess.run(
+    cmd, capture_output=True, text=True, timeout=600, env=env
+  )
+  # The end of stdout says whether a crashed run had finished ('final:').
+  assert (
+    done.returncode == 0
+  ), f'{_failure(done.stderr)}\nstdout ends: {done.stdout[-500:]!r}'
+  _check_run(name, out, done.stdout, done.stderr)
+
+
+def test_the_binary_runs_one_round(tmp_path):
+  _binary_runs_one_round(tmp_path, 'dp_fedavg')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', _cases())
+def test_the_binary_runs_one_round_of_every_method(tmp_path, name):
+  _binary_runs_one_round(tmp_path, name)
 
 
 def test_adaptive_clip_small_cohort_names_the_flag(tmp_path):

@@ -3,7 +3,7 @@
 Each technique family's module below holds its options (one typed
 dataclass, `options.Options`, whose fields are its flags) and registers its
 `registry.Method` entries; importing it is the one registry line a new
-technique adds here (README, "Adding a technique").
+technique adds here (docs/architecture.md, "Adding a technique").
 """
 
 from tff_dp.methods import registry
