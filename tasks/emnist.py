@@ -239,11 +239,7 @@ def load_emnist(
       y_tr, num_clients, partition_seed, dominant_count, other_count
     )
   num_classes = 10 if only_digits else 62
-  builders = _model_builders((28, 28, 1), num_classes, model_seed)
-  if model not in builders:
-    raise ValueError(
-      f'model must be one of {sorted(builders)}. ' f'Found {model!r}.'
-    )
+  model_builder = _model_builder(model, num_classes, model_seed)
   train = client_data_lib.ArrayClientData(
     x_tr[..., None], y_tr, parts, client_ids=list(writers)
   )
@@ -252,7 +248,7 @@ def load_emnist(
     train_data=train,
     test_x=x_te[..., None].astype(np.float32) / 255.0,
     test_y=y_te.astype(np.int32),
-    model_builder=builders[model],
+    model_builder=model_builder,
     loss_builder=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
       from_logits=True
     ),
@@ -325,6 +321,20 @@ def _dominant_clients(
     f'and {other_count} of each other (seed {partition_seed})'
   )
   return writers, parts, clients_words
+
+
+def _model_builder(model: str, num_classes: int, model_seed: int):
+  """`load_emnist`'s builder of `model` for 28 x 28 images.
+
+  Raises:
+    ValueError: If `model` is not one of them.
+  """
+  builders = _model_builders((28, 28, 1), num_classes, model_seed)
+  if model not in builders:
+    raise ValueError(
+      f'model must be one of {sorted(builders)}. ' f'Found {model!r}.'
+    )
+  return builders[model]
 
 
 def _model_builders(shape, num_classes: int, model_seed: int) -> dict:

@@ -142,3 +142,48 @@ def test_the_check_sees_an_outside_import(tmp_path):
   ]
   assert not _within('tff_dp.privacy_x', ('tff_dp.privacy',))
   assert _within('tff_dp.privacy.events', ('tff_dp.privacy',))
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+# A module over MAX_MODULE_LINES says why in its docstring, after this.
+LONG_MODULE_REASON = 'Over 600 lines because'
+
+
+def _library_files() -> list[pathlib.Path]:
+  folders = [_ROOT / 'tff_dp', _ROOT / 'aggregators', _ROOT / 'tasks']
+  return sorted(p for f in folders for p in f.rglob('*.py'))
+
+
+def test_no_module_is_long_without_a_reason_and_no_function_over_80():
+  files = _library_files()
+  assert len(files) > 50
+  long_modules, long_functions = [], []
+  for path in files:
+    text = path.read_text()
+    tree = ast.parse(text)
+    lines = len(text.splitlines())
+    doc = ast.get_docstring(tree) or ''
+    if lines > MAX_MODULE_LINES and LONG_MODULE_REASON not in doc:
+      long_modules.append(f'{path.relative_to(_ROOT)}: {lines}')
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        length = node.end_lineno - start + 1
+        if length > MAX_FUNCTION_LINES:
+          long_functions.append(
+            f'{path.relative_to(_ROOT)}:{node.lineno} {node.name}: {length}'
+          )
+  assert not long_modules, long_modules
+  assert not long_functions, long_functions
+
+
+def test_no_test_file_is_over_600_lines():
+  files = sorted((_ROOT / 'tests').rglob('*.py'))
+  assert len(files) > 50
+  long_files = [
+    f'{p.relative_to(_ROOT)}: {n}'
+    for p in files
+    if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+  ]
+  assert not long_files, long_files
