@@ -274,6 +274,7 @@ def test_runner_methods(tmp_path, method):
       batch_size=32,
       output_dir=str(tmp_path / method),
       release_non_private_metrics=True,
+      background_evaluation=False,
     )
   )
   # heart_disease MLP: kernels (38, 32), (32, 1); biases 32 and 1.

@@ -187,6 +187,7 @@ def test_ddgauss_run_end_to_end_with_honest_ledger(tmp_path):
       '--noise_multiplier=1.0',
       '--delta=1e-3',
       '--batch_size=32',
+      '--nobackground_evaluation',
       f'--root_output_dir={out}',
     ],
     capture_output=True,

@@ -297,6 +297,7 @@ def test_runner_method_accounts_and_counts_bytes(tmp_path):
       randagg_fraction=0.1,
       batch_size=32,
       output_dir=str(tmp_path / 'r'),
+      background_evaluation=False,
     )
   )
   k = round(0.1 * 1281)

@@ -174,6 +174,7 @@ def test_runner_methods(tmp_path, method, hashing):
       dpsfl_bit_noise=10.0,
       batch_size=32,
       output_dir=str(tmp_path / method),
+      background_evaluation=False,
     )
   )
   ac = method == 'dpsfl_ac'

@@ -29,6 +29,7 @@ def _one_round(out, data_dir):
     output_dir=str(out),
     # The train loss is not covered by the ledger: written only then.
     release_non_private_metrics=True,
+    background_evaluation=False,  # Inline: no evaluation child to start.
   )
   training.run_experiment(config)
   (row,) = list(

@@ -224,6 +224,7 @@ def _runner_update_norm(tmp_path, method):
       output_dir=str(tmp_path / method),
       # The update norms it reads are non-private diagnostics.
       release_non_private_metrics=True,
+      background_evaluation=False,
     )
   )
   assert summary['epsilon_rdp'] > 0

@@ -103,6 +103,7 @@ def test_runner_method_bytes_and_accounting(heart, tmp_path, method):
       top_k_ratio=0.05,
       batch_size=16,
       output_dir=str(tmp_path / method),
+      background_evaluation=False,
     )
   )
   d = summary['num_model_params']

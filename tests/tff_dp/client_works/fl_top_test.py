@@ -122,6 +122,7 @@ def test_runner_fl_top_keeps_w0_outside_k(shared_data_dir, tmp_path, method):
       local_steps=2,
       data_dir=str(shared_data_dir),
       output_dir=str(out),
+      background_evaluation=False,
     )
   )
   k = round(0.01 * 1_663_370)
@@ -239,6 +240,7 @@ def _public_config(shared_data_dir, tmp_path, method):
     clip_from_public_round=True,
     data_dir=str(shared_data_dir),
     output_dir=str(tmp_path / method),
+    background_evaluation=False,
   )
 
 

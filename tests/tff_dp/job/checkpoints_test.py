@@ -393,6 +393,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
     '--batch_size=32',
     '--checkpoint_every=1',
     '--noise_seed=0',  # Compared with an uninterrupted run, bit for bit.
+    '--nobackground_evaluation',
   ]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
   full = tmp_path / 'full'

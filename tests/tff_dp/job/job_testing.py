@@ -34,6 +34,10 @@ def config(tmp_path, name, **kwargs):
     # Research runs: their tests read the non-private outputs too.
     release_non_private_metrics=True,
     allow_noise_seed_reuse=True,
+    # Evaluated inline: no child process to start and import TF in (the
+    # same metrics to the bit; tests/tff_dp/runtime/evaluation_test.py
+    # tests the background evaluator).
+    background_evaluation=False,
   )
   base.update(kwargs)
   return training.ExperimentConfig.create(**base)

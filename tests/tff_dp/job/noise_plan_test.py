@@ -42,6 +42,7 @@ def _config(tmp_path=None, name='run', **kwargs):
     noise_seed=0,
     release_non_private_metrics=True,
     allow_noise_seed_reuse=True,
+    background_evaluation=False,  # Inline: no evaluation child to start.
   )
   if tmp_path is not None:
     base['output_dir'] = str(tmp_path / name)

@@ -270,6 +270,7 @@ def test_binary_end_to_end_and_bad_flag(tmp_path):
     '--noise_multiplier=0.8',
     '--delta=1e-3',
     '--batch_size=32',
+    '--nobackground_evaluation',
     f'--root_output_dir={tmp_path / "bin"}',
   ]
   done = subprocess.run(

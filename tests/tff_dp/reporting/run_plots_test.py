@@ -29,6 +29,7 @@ def test_plots_from_a_tiny_run(tmp_path):
         batch_size=32,
         output_dir=str(out),
         release_non_private_metrics=True,
+        background_evaluation=False,
       )
     )
     runs.append(out)
@@ -133,7 +134,11 @@ def test_short_log_ticks_label_norm_axes_plainly(lo, hi, expected):
 @pytest.mark.usefixtures('shared_data_dir')
 def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
   config = training.ExperimentConfig.create(
-    task='heart_disease', method='dp_fedavg', clients_per_round=4, batch_size=32
+    task='heart_disease',
+    method='dp_fedavg',
+    clients_per_round=4,
+    batch_size=32,
+    background_evaluation=False,  # Its FedAvg probe's.
   )
   rows = []
   training.run_experiment(
@@ -148,6 +153,7 @@ def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
       noise_seed=config.seed,
       # Update norms: non-private diagnostics, as the probe computes them.
       release_non_private_metrics=True,
+      background_evaluation=False,
     ),
     rows_out=rows,
   )

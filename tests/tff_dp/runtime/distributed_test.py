@@ -27,6 +27,7 @@ def _config(tmp_path, name, **kw):
     noise_seed=0,
     # Compares the byte totals, a non-private output.
     release_non_private_metrics=True,
+    background_evaluation=False,  # Inline: no evaluation child to start.
   )
   base.update(kw)
   return training.ExperimentConfig.create(**base)

@@ -24,6 +24,7 @@ def _config(method, noise=0.7, **kwargs):
     fuse_client_work=False,
     # Runs compared bit for bit: reproducible noise and sampling.
     noise_seed=0,
+    background_evaluation=False,  # Inline: no evaluation child to start.
   )
   base.update(kwargs)
   return training.ExperimentConfig.create(**base)
