@@ -68,10 +68,11 @@ format: $(STAMP)
 # per core, under a hard time limit), never downloading data
 # (TFF_DP_NO_DOWNLOAD=1). worker_binary children are ended by
 # tff_dp's atexit hook and by `timeout -k`. The last line reads
-# "N passed, N skipped in S" (or names the failures).
+# "N passed, N skipped in S" (or names the failures), after the 20
+# slowest tests.
 test: $(STAMP) $(JEMALLOC_STAMP) lint docs
 	TFF_DP_NO_DOWNLOAD=1 TIMEOUT=$(TEST_TIMEOUT) bash bazel/test.sh smoke
-	TFF_DP_NO_DOWNLOAD=1 timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile tests
+	TFF_DP_NO_DOWNLOAD=1 timeout -k 30 $(TEST_TIMEOUT) $(PY) -m pytest -q -n 2 --dist loadfile --durations=20 tests
 
 # The docs site (mkdocs.yml; docs/ and the committed benchmarks/results/,
 # served under results/) into site/. --strict: a broken link, a missing
