@@ -220,7 +220,34 @@ filegroup(
 """
 
 
-def _library_build(package: str, held: set[str]) -> str:
+def _imported_by_an_ancestor_init() -> set[str]:
+  """Modules of subpackages that a package's `__init__.py` imports (directly
+  or through each other), with the `__init__`s of their packages below it.
+
+  `tff_dp/__init__.py` imports `tff_dp.runtime.processes`, whose package's
+  `__init__` would depend on `//tff_dp:__init__` again: these targets leave
+  out the dependency on their parent's `__init__` (the other modules of
+  their packages keep it), so the graph has no cycle.
+  """
+  cut = set()
+  for package in PACKAGE_DIRS:
+    todo, seen = [package], set()
+    while todo:
+      for name in _imports(ROOT / MODULES[todo.pop()]):
+        inside = name.startswith(package + '.')
+        if inside and _package_of(name) != package and name not in seen:
+          seen.add(name)
+          todo.append(name)
+    for name in seen:
+      cut.add(name)
+      below = _package_of(name)
+      while below != package:
+        cut.add(below)
+        below = below.rpartition('.')[0]
+  return cut
+
+
+def _library_build(package: str, held: set[str], cut: set[str]) -> str:
   """A library package: __init__, one target per module, the whole."""
   directory = PACKAGE_DIRS[package]
   installed = INSTALLED_AS.get(directory)
@@ -233,11 +260,20 @@ def _library_build(package: str, held: set[str]) -> str:
     *(_imports(ROOT / MODULES[m]) for m in init_modules)
   )
   parent = package.rpartition('.')[0]
-  if parent:
+  if parent and package not in cut:
     init_imports.add(parent)
+  # Where the __init__ leaves its parent out, the package's other modules
+  # depend on the parent themselves.
+  parents = {parent} if parent and package in cut else set()
   targets = [('__init__', init_modules, init_imports)]
   targets += [
-    (m.rpartition('.')[2], [m], _imports(ROOT / MODULES[m]) | {package})
+    (
+      m.rpartition('.')[2],
+      [m],
+      _imports(ROOT / MODULES[m])
+      | {package}
+      | (set() if m in cut else parents),
+    )
     for m in members
     if m not in held
   ]
@@ -320,9 +356,10 @@ def _test_build(directory: str) -> str:
 def build_files() -> dict[str, str]:
   """Repository-relative BUILD path -> its generated text."""
   held = _held_by_init()
+  cut = _imported_by_an_ancestor_init()
   files = {}
   for package, directory in PACKAGE_DIRS.items():
-    files[f'{directory}/BUILD'] = _library_build(package, held)
+    files[f'{directory}/BUILD'] = _library_build(package, held, cut)
   for directory in TEST_DIRS:
     files[f'{directory}/BUILD'] = _test_build(directory)
   return files
