@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -22,8 +23,15 @@ def test_missing_real_data_skips_or_fails_under_ci(tmp_path, ci, outcome):
   (tmp_path / 'uses_data_test.py').write_text(_USES_DATA)
   env = {k: v for k, v in os.environ.items() if k != 'CI'}
   env[data_dir.DATA_DIR_ENV] = str(tmp_path / 'empty')
+  # The suite's conftest as a plugin, from a folder of its own: on
+  # PYTHONPATH, tests/ itself would shadow the installed tff_dp with its
+  # tests/tff_dp/ folders (a namespace package whose `runtime` has no
+  # modules).
+  plugin = tmp_path / 'plugin'
+  plugin.mkdir()
+  shutil.copy(_TESTS / 'conftest.py', plugin / 'conftest.py')
   env['PYTHONPATH'] = os.pathsep.join(
-    [str(_TESTS)] + env.get('PYTHONPATH', '').split(os.pathsep)
+    [str(plugin)] + env.get('PYTHONPATH', '').split(os.pathsep)
   )
   if ci is not None:
     env['CI'] = ci

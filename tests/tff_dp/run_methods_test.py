@@ -5,9 +5,11 @@ a user gives them: the run writes its row and summary, accounts a private
 method's round and counts its bytes, and writes or logs nothing the ledger
 does not cover. Every method runs through the binary's own path in this
 process (its flags parsed, `run.config_from_flags`, the run, the final
-line); one method runs as the binary in a subprocess here, and every method
-does in `make test-slow` (each start imports TF and TFF again: about 20 s
-a method on two cores). DDGauss needs pure-Python protobuf
+line): the first method of each family (its docs page) in `make test`, the
+others in `make test-slow`, which also runs every method as the binary in a
+subprocess (each start imports TF and TFF again: about 20 s a method on two
+cores; `make test` runs the binary in training_test's
+`test_binary_end_to_end_and_bad_flag`). DDGauss needs pure-Python protobuf
 (5-10 minutes a run) and fixed-size sampling here: its end-to-end run of
 the binary is `tests/aggregators/ddgauss_test.py::
 test_ddgauss_run_end_to_end_with_honest_ledger` (`make test-slow`), not
@@ -70,6 +72,20 @@ def _cases():
   return sorted(set(methods.METHODS) - _ELSEWHERE)
 
 
+def _family_cases():
+  """Every method, the first of each family (its docs page) in the fast
+  tier and the others in `make test-slow`: each family's methods share
+  their module, and the registry test plans every method's event."""
+  first = {}
+  for name in _cases():
+    first.setdefault(methods.METHODS[name].docs_page, name)
+  fast = set(first.values())
+  return [
+    name if name in fast else pytest.param(name, marks=pytest.mark.slow)
+    for name in _cases()
+  ]
+
+
 def test_every_method_has_a_case():
   assert set(_cases()) | _ELSEWHERE == set(methods.METHODS)
 
@@ -117,7 +133,7 @@ def _check_run(name: str, out, final: str, log: str) -> None:
     assert not summary['dp_events']
 
 
-@pytest.mark.parametrize('name', _cases())
+@pytest.mark.parametrize('name', _family_cases())
 def test_every_method_runs_one_round_from_its_flags(tmp_path, caplog, name):
   out = tmp_path / name
   was_parsed = flags.FLAGS.is_parsed()
@@ -147,10 +163,6 @@ def _binary_runs_one_round(tmp_path, name):
     done.returncode == 0
   ), f'{_failure(done.stderr)}\nstdout ends: {done.stdout[-500:]!r}'
   _check_run(name, out, done.stdout, done.stderr)
-
-
-def test_the_binary_runs_one_round(tmp_path):
-  _binary_runs_one_round(tmp_path, 'dp_fedavg')
 
 
 @pytest.mark.slow

@@ -427,7 +427,19 @@ def test_the_correlated_noise_methods_are_private_and_the_table_is_theirs():
   assert all(methods.METHODS[n].private for n in _CORRELATED)
 
 
-@pytest.mark.parametrize('name', _CORRELATED)
+# The methods whose rounds merge several streams (worked out by hand in
+# _NEEDS) run in `make test`; the single-stream ones, whose accounting is
+# DP-FedAvg's (tested above) and whose planned MF event the registry test
+# checks, in `make test-slow`.
+@pytest.mark.parametrize(
+  'name',
+  [
+    n
+    if len(_NEEDS.get(n, ({}, [_Z]))[1]) > 1
+    else pytest.param(n, marks=pytest.mark.slow)
+    for n in _CORRELATED
+  ],
+)
 def test_each_correlated_noise_method_runs_and_is_accounted_as_merged_mf(
   tmp_path, shared_data_dir, name
 ):

@@ -154,6 +154,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, reference):
     np.testing.assert_array_equal(wa[k], wb[k])
 
 
+@pytest.mark.slow  # An execution setting: `make test-slow`.
 def test_worker_threads_do_not_change_results(tmp_path):
   # One client computation at a time on TF's default pools, against the
   # defaults (3 concurrent calls, 1 intra-op and 4 inter-op threads): every

@@ -131,6 +131,8 @@ def test_short_log_ticks_label_norm_axes_plainly(lo, hi, expected):
   assert [text for _, text in labels] == expected
 
 
+# Tuning without DP (a FedAvg probe run): `make test-slow`.
+@pytest.mark.slow
 @pytest.mark.usefixtures('shared_data_dir')
 def test_clip_from_fedavg_is_a_fraction_of_the_mean_norm():
   config = training.ExperimentConfig.create(

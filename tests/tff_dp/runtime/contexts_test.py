@@ -157,6 +157,8 @@ def _tiny_process():
   )
 
 
+# A long run's worker memory: `make test-slow`.
+@pytest.mark.slow
 def test_worker_memory_stays_flat_when_every_round_has_a_new_cohort_size():
   # Poisson sampling gives most rounds a cohort size not seen before. TFF's
   # own test context kept one executor per size alive on the worker: this

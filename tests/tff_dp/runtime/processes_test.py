@@ -28,8 +28,12 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize(
   'signum, exit_code',
   [
-    (signal.SIGTERM, 128 + signal.SIGTERM),  # A scheduler, timeout, kill.
-    # `make test-slow` (SIGTERM above is their fast smoke):
+    # `make test-slow` (each starts the binary and its evaluation child;
+    # `make test` ends started workers in
+    # test_a_started_worker_dies_with_its_parent):
+    pytest.param(
+      signal.SIGTERM, 128 + signal.SIGTERM, marks=pytest.mark.slow
+    ),  # A scheduler, timeout, kill.
     pytest.param(
       signal.SIGINT, None, marks=pytest.mark.slow
     ),  # Ctrl-C: KeyboardInterrupt.
