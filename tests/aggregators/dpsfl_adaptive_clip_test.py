@@ -5,7 +5,9 @@ import logging
 import dp_accounting
 import numpy as np
 import pytest
-import tensorflow_federated as tff
+
+import dpsfl_testing
+from dpsfl_testing import D, TYPE
 
 from tff_dp.runtime import contexts
 from tff_dp import privacy
@@ -13,22 +15,9 @@ from tff_dp.aggregators import dpsfl
 from tff_dp.aggregators import dpsfl_adaptive_clip
 
 
-D = 40
-TYPE = tff.StructWithPythonType(
-  [tff.TensorType(np.float32, [4, 5]), tff.TensorType(np.float32, [20])], list
-)
-
-
 @pytest.fixture(scope='module', autouse=True)
 def context():
   contexts.set_simulation_context()
-
-
-def _value(entries):
-  flat = np.zeros(D, np.float32)
-  for i, v in entries.items():
-    flat[i] = v
-  return [flat[:20].reshape(4, 5), flat[20:]]
 
 
 def _clips_and_p_hat(entries, impact_rule, rounds=3):
@@ -51,7 +40,7 @@ def _clips_and_p_hat(entries, impact_rule, rounds=3):
   state = process.initialize()
   clips = []
   for _ in range(rounds):
-    out = process.next(state, [_value(entries)] * 3)
+    out = process.next(state, [dpsfl_testing.value(entries)] * 3)
     state = out.state
     clips.append(float(state['server']['clip']))
   return clips, float(out.measurements['unclipped_probability'])

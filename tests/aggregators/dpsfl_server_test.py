@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_federated as tff
+
+import dpsfl_testing
+from dpsfl_testing import TYPE
 
 from tff_dp.runtime import contexts
 from tff_dp import privacy
@@ -13,22 +15,9 @@ from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.aggregators import mf_strategy
 
 
-D = 40
-TYPE = tff.StructWithPythonType(
-  [tff.TensorType(np.float32, [4, 5]), tff.TensorType(np.float32, [20])], list
-)
-
-
 @pytest.fixture(scope='module', autouse=True)
 def context():
   contexts.set_simulation_context()
-
-
-def _value(entries):
-  flat = np.zeros(D, np.float32)
-  for i, v in entries.items():
-    flat[i] = v
-  return [flat[:20].reshape(4, 5), flat[20:]]
 
 
 def test_dpsfl_noise_stddev_per_counter():
@@ -45,7 +34,9 @@ def test_dpsfl_noise_stddev_per_counter():
   state = process.initialize()
   norms = []
   for _ in range(3):
-    out = process.next(state, [_value({}), _value({})])
+    out = process.next(
+      state, [dpsfl_testing.value({}), dpsfl_testing.value({})]
+    )
     state = out.state
     norms.append(out.measurements['sketch_norm'])
   # The mean sketch is N(0, (z sqrt(rows) clip / n)^2) per counter.
@@ -65,7 +56,9 @@ def test_dpsfl_noise_stddev_per_counter():
       clip=clip,
       noise_seed=noise_seed,
     ).create(TYPE)
-    first = again.next(again.initialize(), [_value({}), _value({})])
+    first = again.next(
+      again.initialize(), [dpsfl_testing.value({}), dpsfl_testing.value({})]
+    )
     assert (first.measurements['sketch_norm'] == norms[0]) == same
 
 
@@ -97,7 +90,7 @@ def test_dpsfl_ac_bit_noise_is_sigma_b_normal_over_expected_clients():
     expected.append(
       float(tf.random.stateless_normal([], seed=seeds[1])) * sigma_b / n
     )
-    out = process.next(state, [_value({})] * n)
+    out = process.next(state, [dpsfl_testing.value({})] * n)
     state = out.state
     draws.append(out.measurements['unclipped_probability'] - 1.0)
   # The bits' secure sum is exact for 0/1 (quantisation at 2^-20 scale).
@@ -132,7 +125,7 @@ def _ac_run(noise, rounds=6, z=1.5, sigma_b=3.0, n=5, rows=3, cols=20):
       tf.random.stateless_normal([rows, cols], seed=seeds[0]), np.float64
     )
     bit = float(tf.random.stateless_normal([], seed=seeds[1]))
-    out = process.next(state, [_value({})] * n)
+    out = process.next(state, [dpsfl_testing.value({})] * n)
     state = out.state
     out_rounds.append((table, bit, out.measurements))
   return out_rounds, state

@@ -3,7 +3,9 @@
 import dp_accounting
 import numpy as np
 import pytest
-import tensorflow_federated as tff
+
+import dpsfl_testing
+from dpsfl_testing import D, TYPE
 
 from tff_dp.runtime import contexts
 from tff_dp import privacy
@@ -14,22 +16,9 @@ from tff_dp.aggregators import dpsfl_adaptive_clip
 from tff_dp.aggregators import mf_strategy
 
 
-D = 40
-TYPE = tff.StructWithPythonType(
-  [tff.TensorType(np.float32, [4, 5]), tff.TensorType(np.float32, [20])], list
-)
-
-
 @pytest.fixture(scope='module', autouse=True)
 def context():
   contexts.set_simulation_context()
-
-
-def _value(entries):
-  flat = np.zeros(D, np.float32)
-  for i, v in entries.items():
-    flat[i] = v
-  return [flat[:20].reshape(4, 5), flat[20:]]
 
 
 def _flat(result):
@@ -44,10 +33,12 @@ def test_fetchsgd_exact_at_zero_noise_with_momentum_and_error_feedback(
   # recovers the top 4 of the mean exactly and keeps the 5th as error.
   a = {1: 2.0, 7: -1.0, 30: 4.0}
   b = {1: 2.0, 12: 3.0, 39: -5.0}
-  mean = (_flat(_value(a)) + _flat(_value(b))) / 2
+  mean = (_flat(dpsfl_testing.value(a)) + _flat(dpsfl_testing.value(b))) / 2
   factory = dpsfl.fetchsgd(5, 400, 4, momentum=0.5, seed=2, hashing=hashing)
   process = factory.create(TYPE)
-  out = process.next(process.initialize(), [_value(a), _value(b)])
+  out = process.next(
+    process.initialize(), [dpsfl_testing.value(a), dpsfl_testing.value(b)]
+  )
   got = _flat(out.result)
   # Top-4 of the mean's nonzeros {1: 2, 7: -.5, 12: 1.5, 30: 2, 39: -2.5}.
   expected = mean.copy()
@@ -57,7 +48,7 @@ def test_fetchsgd_exact_at_zero_noise_with_momentum_and_error_feedback(
   # Error feedback keeps the unrecovered coordinate 7 (-0.5); momentum 0.5
   # adds half the last mean: next round with zero updates recovers
   # 0.5 * mean + the kept -0.5 at 7, top-4 of those.
-  zero = _value({})
+  zero = dpsfl_testing.value({})
   out2 = process.next(out.state, [zero, zero])
   carried = 0.5 * mean
   carried[7] += -0.5
@@ -73,14 +64,18 @@ def test_dpsfl_zero_noise_divides_by_expected_clients_and_clips_the_sketch():
   process = dpsfl.dpsfl(
     5, 400, 2, noise_multiplier=0.0, clients_per_round=4, clip=100.0
   ).create(TYPE)
-  out = process.next(process.initialize(), [_value(a)])
-  np.testing.assert_allclose(_flat(out.result), _flat(_value(a)) / 4, atol=1e-4)
+  out = process.next(process.initialize(), [dpsfl_testing.value(a)])
+  np.testing.assert_allclose(
+    _flat(out.result), _flat(dpsfl_testing.value(a)) / 4, atol=1e-4
+  )
   # Clip 1: the sketch's norm sqrt(5) * 5 is scaled to sqrt(5) * 1.
   process = dpsfl.dpsfl(
     5, 400, 2, noise_multiplier=0.0, clients_per_round=1, clip=1.0
   ).create(TYPE)
-  out = process.next(process.initialize(), [_value(a)])
-  np.testing.assert_allclose(_flat(out.result), _flat(_value(a)) / 5, atol=1e-4)
+  out = process.next(process.initialize(), [dpsfl_testing.value(a)])
+  np.testing.assert_allclose(
+    _flat(out.result), _flat(dpsfl_testing.value(a)) / 5, atol=1e-4
+  )
   assert out.measurements['clip'] == pytest.approx(1.0)
 
 
@@ -207,7 +202,7 @@ def test_sketch_lr_reaches_the_factory_through_the_runner_params():
 
   a = {1: 2.0, 7: -1.0, 30: 4.0}
   b = {1: 2.0, 12: 3.0, 39: -5.0}
-  mean = (_flat(_value(a)) + _flat(_value(b))) / 2
+  mean = (_flat(dpsfl_testing.value(a)) + _flat(dpsfl_testing.value(b))) / 2
   p = methods.MethodParams(
     num_model_params=D,
     expected_clients_per_round=2.0,
@@ -221,7 +216,9 @@ def test_sketch_lr_reaches_the_factory_through_the_runner_params():
     seed=2,
   )
   process = methods.METHODS['fetchsgd'].build_aggregator(p).create(TYPE)
-  out = process.next(process.initialize(), [_value(a), _value(b)])
+  out = process.next(
+    process.initialize(), [dpsfl_testing.value(a), dpsfl_testing.value(b)]
+  )
   expected = 0.5 * mean
   expected[7] = 0.0
   np.testing.assert_allclose(_flat(out.result), expected, atol=1e-6)

@@ -27,20 +27,9 @@ their composition is the Gaussian mechanism on the concatenated vector
 PLD accountant rejects a sampled `ComposedDpEvent`; RDP accepts both forms
 and gives the same epsilon (tested).
 
-Sampling:
-* 'poisson': every client joins independently with probability q; the
-  neighbouring relation is add/remove one client; both accountants apply.
-* 'fixed': a uniformly random subset of m of the N clients; the matching
-  event is `SampledWithoutReplacementDpEvent`, which dp_accounting's RDP
-  accountant supports only under replace-one neighbouring. Its bound (Wang,
-  Balle, Kasiviswanathan 2019) takes the inner event's multiplier as noise
-  over the *replace-one* L2 sensitivity, and replacing one clipped client
-  moves the sum by up to 2C, not C: the inner Gaussian is therefore recorded
-  with half the multiplier the mechanism has over its clip
-  (`GaussianDpEvent(z / 2)`; see google/differential-privacy issue 378).
-  Epsilons under the two relations are not comparable: replace-one is the
-  guarantee fixed-size runs get. The PLD accountant does not support this
-  event, so `epsilon_pld` is NaN for fixed-size sampling.
+`sampling`'s docstring says how each sampling is accounted: Poisson
+under add/remove-one; fixed-size under replace-one, its Gaussian recorded
+at half the multiplier, with no PLD.
 
 A round whose event is `NonPrivateDpEvent` (no noise) is recorded unsampled
 whatever the sampling, so the run's epsilon is infinite (amplification by

@@ -277,7 +277,7 @@ def _draw_points(ax, groups, xs, scale) -> list[tuple[Any, str]]:
         x,
         y,
         yerr=[[y - g.min * scale], [g.max * scale - y]],
-        ecolor=style.color if style.color != styles.BLACK else '0.35',
+        ecolor=style.color if style.color != style_lib.BLACK else '0.35',
         elinewidth=1.4,
         capsize=6,
         capthick=1.4,
@@ -366,7 +366,11 @@ def _draw_ceiling(ax, groups, scale) -> list[tuple[Any, str]]:
   ceilings = [g for g in groups if styles.is_ceiling(g.method)]
   for g in ceilings:
     ax.axhline(
-      g.mean * scale, color=styles.BLACK, linestyle='--', linewidth=1, zorder=1
+      g.mean * scale,
+      color=style_lib.BLACK,
+      linestyle='--',
+      linewidth=1,
+      zorder=1,
     )
   if not ceilings:
     return [
@@ -378,7 +382,7 @@ def _draw_ceiling(ax, groups, scale) -> list[tuple[Any, str]]:
   return [
     (
       matplotlib.lines.Line2D(
-        [], [], color=styles.BLACK, linestyle='--', linewidth=1
+        [], [], color=style_lib.BLACK, linestyle='--', linewidth=1
       ),
       'non-private FedAvg (ceiling): '
       + ', '.join(f'{g.mean * scale:.1f}' for g in ceilings),

@@ -15,8 +15,6 @@ from tff_dp import methods
 from tff_dp.methods import settings
 from tff_dp.methods import style as style_lib
 
-BLACK = style_lib.BLACK
-
 METHOD_STYLES: dict[str, style_lib.Style] = {
   name: method.style for name, method in sorted(methods.METHODS.items())
 }

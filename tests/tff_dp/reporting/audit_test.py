@@ -7,10 +7,12 @@ recorded, read as the runner reads them.
 """
 
 import dp_accounting
-from dp_accounting import pld
 import numpy as np
 import pytest
 import tensorflow_federated as tff
+
+import audit_testing
+from audit_testing import CANARIES, CLIP, DELTA, DIM, ROUNDS, Z
 
 from tff_dp.reporting import audit
 from tff_dp.reporting import planted_bugs
@@ -21,23 +23,10 @@ from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import finite_guard
 
-Z, CLIP, ROUNDS, DELTA = 2.0, 1.0, 4, 1e-5
-DIM, CANARIES = 20000, 300
-
 
 @pytest.fixture(scope='module', autouse=True)
 def context():
   contexts.set_simulation_context()
-
-
-def _ledger_epsilon(z):
-  # Every canary takes part in every round: T Gaussians, no sampling. The
-  # PLD ledger is the tight one (exact mu = sqrt(T) / z GDP, up to its
-  # pessimistic discretization): the hardest ledger to stay under.
-  event = dp_accounting.SelfComposedDpEvent(
-    dp_accounting.GaussianDpEvent(z), ROUNDS
-  )
-  return pld.PLDAccountant().compose(event).get_epsilon(DELTA)
 
 
 def _audit(factory, canary_norm=CLIP, seed=1):
@@ -49,31 +38,6 @@ def _audit(factory, canary_norm=CLIP, seed=1):
     canary_norm=canary_norm,
     delta=DELTA,
     seed=seed,
-  )
-
-
-def _params(rate=1.0, noise_seed=2):
-  return methods_lib.MethodParams(
-    num_model_params=DIM,
-    expected_clients_per_round=rate * CANARIES,
-    noise_multiplier=Z,
-    clip=CLIP,
-    noise_seed=noise_seed,
-  )
-
-
-def _audit_method(method, *, rate=1.0, rounds=ROUNDS, seed=1, **kwargs):
-  # Canaries at 3 x the clip (the default), events read as the runner does.
-  return audit.audit_method(
-    method,
-    _params(rate, noise_seed=kwargs.pop('noise_seed', 2)),
-    shape=[DIM],
-    num_canaries=CANARIES,
-    rounds=rounds,
-    delta=DELTA,
-    sampling_rate=rate,
-    seed=seed,
-    **kwargs,
   )
 
 
@@ -91,16 +55,16 @@ def test_correct_dp_fedavg_is_consistent_with_the_ledger(seed):
   assert result.mu_lower <= 1.0
   assert result.epsilon_lower <= result.epsilon_estimate
   assert result.epsilon_estimate <= result.epsilon_upper
-  assert result.consistent_with(_ledger_epsilon(Z))
+  assert result.consistent_with(audit_testing.ledger_epsilon(Z))
 
 
 def test_registry_dp_fedavg_passes_with_canaries_beyond_the_clip():
-  result = _audit_method(methods_lib.METHODS['dp_fedavg'])
+  result = audit_testing.audit_method(methods_lib.METHODS['dp_fedavg'])
   assert result.canary_norm == audit.CANARY_CLIP_RATIO * CLIP == 3.0
   # Clipped to the clip: the same mu = 1 as canaries at the clip.
   assert result.mu_lower <= 1.0 <= result.mu_upper
   assert result.ledger_accountant == 'PLD'
-  assert result.ledger_epsilon == pytest.approx(_ledger_epsilon(Z))
+  assert result.ledger_epsilon == pytest.approx(audit_testing.ledger_epsilon(Z))
   assert not result.flagged
 
 
@@ -109,7 +73,7 @@ def test_ledger_epsilon_is_the_privacy_ledger_of_the_recorded_events():
   # dp_events.released_event reads them) and the epsilon from a
   # PrivacyLedger of the canaries' sampling fed exactly those events.
   for rate, rounds in ((1.0, 2), (0.5, 3)):
-    result = _audit_method(
+    result = audit_testing.audit_method(
       methods_lib.METHODS['dp_fedavg'], rate=rate, rounds=rounds
     )
     assert result.events == (dp_accounting.GaussianDpEvent(Z),) * rounds
@@ -127,7 +91,7 @@ def test_ledger_epsilon_is_the_privacy_ledger_of_the_recorded_events():
 
 def test_event_fn_reads_the_state_as_the_runner_does():
   method = methods_lib.METHODS['dp_fedavg']
-  params = _params()
+  params = audit_testing.params()
   process = audit.method_aggregator(method, params).create(
     tff.TensorType(np.float32, [DIM])
   )
@@ -142,12 +106,14 @@ def test_sampled_canaries_correct_passes_and_half_noise_is_flagged():
   # them, the ledger records PoissonSampledDpEvent(0.5, Gaussian(z)) 8 times
   # (PLD epsilon 3.54), and the one-shot mu is about q sqrt(T) / z = 0.71
   # (epsilon 2.94) for the correct mechanism, 1.41 (6.57) at half noise.
-  correct = _audit_method(methods_lib.METHODS['dp_fedavg'], rate=0.5, rounds=8)
+  correct = audit_testing.audit_method(
+    methods_lib.METHODS['dp_fedavg'], rate=0.5, rounds=8
+  )
   assert 0.45 < correct.participation < 0.55
   assert correct.ledger_epsilon == pytest.approx(3.537, abs=0.01)
   assert correct.mu_lower < 0.71 < correct.mu_upper
   assert not correct.flagged
-  planted = _audit_method(
+  planted = audit_testing.audit_method(
     planted_bugs.planted_method('half_noise'), rate=0.5, rounds=8
   )
   assert planted.ledger_epsilon == correct.ledger_epsilon
@@ -177,14 +143,16 @@ def test_bad_args():
   with pytest.raises(ValueError, match='num_model_params must be prod'):
     audit.audit_method(
       methods_lib.METHODS['dp_fedavg'],
-      _params(),
+      audit_testing.params(),
       shape=[10],
       num_canaries=2,
       rounds=1,
       delta=1e-5,
     )
   with pytest.raises(ValueError, match='is not private'):
-    audit.method_aggregator(methods_lib.METHODS['fedavg'], _params())
+    audit.method_aggregator(
+      methods_lib.METHODS['fedavg'], audit_testing.params()
+    )
   no_ledger = audit.audit_aggregator(
     dp_fedavg.gaussian_fixed(1.0, 2, 1.0, noise_seed=0),
     dim=10,

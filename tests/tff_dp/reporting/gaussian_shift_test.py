@@ -1,24 +1,13 @@
 """The audit's statistics: the shift interval covers at its level and
 narrows like 1/sqrt(n), and the Gaussian-DP curve's epsilon."""
 
-import dp_accounting
-from dp_accounting import pld
 import numpy as np
 import pytest
 
+import audit_testing
+from audit_testing import Z
+
 from tff_dp.reporting import gaussian_shift
-
-Z, ROUNDS, DELTA = 2.0, 4, 1e-5
-
-
-def _ledger_epsilon(z):
-  # Every canary takes part in every round: T Gaussians, no sampling. The
-  # PLD ledger is the tight one (exact mu = sqrt(T) / z GDP, up to its
-  # pessimistic discretization): the hardest ledger to stay under.
-  event = dp_accounting.SelfComposedDpEvent(
-    dp_accounting.GaussianDpEvent(z), ROUNDS
-  )
-  return pld.PLDAccountant().compose(event).get_epsilon(DELTA)
 
 
 def test_gdp_epsilon_known_values():
@@ -33,7 +22,7 @@ def test_gdp_epsilon_known_values():
   assert gaussian_shift.gdp_epsilon(0.0, 1e-5) == 0.0
   assert gaussian_shift.gdp_epsilon(float('inf'), 1e-5) == float('inf')
   # The PLD ledger of 4 Gaussians at z = 2 is mu = 1 GDP, a bit above.
-  assert e1 <= _ledger_epsilon(Z) < e1 + 0.05
+  assert e1 <= audit_testing.ledger_epsilon(Z) < e1 + 0.05
 
 
 def test_interval_covers_a_known_shift_at_its_level():

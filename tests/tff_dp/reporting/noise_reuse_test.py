@@ -4,47 +4,20 @@ correlated noise passes once whitened."""
 
 import pytest
 
-from tff_dp.reporting import audit
+import audit_testing
+from audit_testing import CLIP, Z
+
 from tff_dp.reporting import noise_reuse
 from tff_dp.reporting import planted_bugs
 from tff_dp.runtime import contexts
-from tff_dp import methods as methods_lib
 from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import finite_guard
 from tff_dp.aggregators import mf_strategy
-
-Z, CLIP, ROUNDS, DELTA = 2.0, 1.0, 4, 1e-5
-DIM, CANARIES = 20000, 300
 
 
 @pytest.fixture(scope='module', autouse=True)
 def context():
   contexts.set_simulation_context()
-
-
-def _params(rate=1.0, noise_seed=2):
-  return methods_lib.MethodParams(
-    num_model_params=DIM,
-    expected_clients_per_round=rate * CANARIES,
-    noise_multiplier=Z,
-    clip=CLIP,
-    noise_seed=noise_seed,
-  )
-
-
-def _audit_method(method, *, rate=1.0, rounds=ROUNDS, seed=1, **kwargs):
-  # Canaries at 3 x the clip (the default), events read as the runner does.
-  return audit.audit_method(
-    method,
-    _params(rate, noise_seed=kwargs.pop('noise_seed', 2)),
-    shape=[DIM],
-    num_canaries=CANARIES,
-    rounds=rounds,
-    delta=DELTA,
-    sampling_rate=rate,
-    seed=seed,
-    **kwargs,
-  )
 
 
 def _reuse_check(factory, seed=1, rounds=3, strategy=None):
@@ -101,7 +74,9 @@ def test_noise_reuse_check_catches_a_seed_that_never_advances():
   assert result.max_abs_correlation > 0.999
   assert result.max_abs_z > 10 * result.threshold
   # Its final-model estimate stays under its ledger: only this check sees it.
-  audited = _audit_method(planted_bugs.planted_method('reused_noise'))
+  audited = audit_testing.audit_method(
+    planted_bugs.planted_method('reused_noise')
+  )
   assert not audited.flagged
 
 

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+import audit_testing
+from audit_testing import CLIP, DIM, ROUNDS, Z
+
 from tff_dp.reporting import audit
 from tff_dp.reporting import planted_bugs
 from tff_dp.runtime import contexts
 from tff_dp import methods as methods_lib
 from tff_dp.aggregators import dp_events
-
-Z, CLIP, ROUNDS, DELTA = 2.0, 1.0, 4, 1e-5
-DIM, CANARIES = 20000, 300
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -22,37 +22,12 @@ def context():
   contexts.set_simulation_context()
 
 
-def _params(rate=1.0, noise_seed=2):
-  return methods_lib.MethodParams(
-    num_model_params=DIM,
-    expected_clients_per_round=rate * CANARIES,
-    noise_multiplier=Z,
-    clip=CLIP,
-    noise_seed=noise_seed,
-  )
-
-
-def _audit_method(method, *, rate=1.0, rounds=ROUNDS, seed=1, **kwargs):
-  # Canaries at 3 x the clip (the default), events read as the runner does.
-  return audit.audit_method(
-    method,
-    _params(rate, noise_seed=kwargs.pop('noise_seed', 2)),
-    shape=[DIM],
-    num_canaries=CANARIES,
-    rounds=rounds,
-    delta=DELTA,
-    sampling_rate=rate,
-    seed=seed,
-    **kwargs,
-  )
-
-
 @pytest.mark.parametrize('bug', ['no_clip', 'half_noise'])
 def test_planted_bug_is_flagged_against_its_recorded_ledger(bug):
   # The planted query's state reports GaussianDpEvent(z), the correct
   # mechanism's event, so the ledger is that of z; what runs has mu = 3
   # (no clip, canaries at 3 x the clip) or mu = 2 (noise z / 2).
-  result = _audit_method(planted_bugs.planted_method(bug))
+  result = audit_testing.audit_method(planted_bugs.planted_method(bug))
   assert result.events == (dp_accounting.GaussianDpEvent(Z),) * ROUNDS
   assert result.mu_lower > 1.5
   assert result.epsilon_lower > result.ledger_epsilon
@@ -62,7 +37,7 @@ def test_planted_bug_is_flagged_against_its_recorded_ledger(bug):
 def test_missing_clip_is_unseen_by_canaries_at_the_clip():
   # Why the canaries sit beyond the clip: at the clip, a mechanism that
   # does not clip moves them exactly as far as one that does.
-  result = _audit_method(
+  result = audit_testing.audit_method(
     planted_bugs.planted_method('no_clip'), canary_norm=CLIP
   )
   assert not result.flagged
@@ -72,9 +47,9 @@ def test_declared_event_half_noise_is_flagged():
   # A method built with half its multiplier that declares the full one:
   # the ledger records the event its factory declares.
   method = planted_bugs.with_half_noise(methods_lib.METHODS['dp_fedavg'])
-  factory = audit.method_aggregator(method, _params())
+  factory = audit.method_aggregator(method, audit_testing.params())
   assert isinstance(factory.guarded, planted_bugs.DeclaredEventFactory)
-  result = _audit_method(method)
+  result = audit_testing.audit_method(method)
   assert result.events == (dp_accounting.GaussianDpEvent(Z),) * ROUNDS
   assert result.flagged
 
