@@ -21,6 +21,7 @@ table row, `__main__` is the absl command line. A new paper's study is a
 new module here and one line in `STUDIES` below.
 """
 
+from benchmarks.studies import linear_compression
 from benchmarks.studies import seed000
 from benchmarks.studies import seed001
 from benchmarks.studies import seed002
@@ -48,6 +49,7 @@ STUDIES: dict[str, Study] = {
   **seed002.STUDIES,
   **seed001.STUDIES,
   **seed003.STUDIES,
+  **linear_compression.STUDIES,
 }
 
 __all__ = [

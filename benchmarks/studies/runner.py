@@ -242,6 +242,52 @@ def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:
   out.update(_cmp_client_norms(summary['config'], rows))
   # --clip, or what replaced it (--clip_from_public_round).
   out['clip in force'] = summary.get('clip')
+  out.update(compression_columns(summary, rows))
+  return out
+
+
+def compression_columns(summary, rows) -> dict[str, Any]:
+  """--compression's rows, its b, and the decode's error on the mean over
+  the DP noise's energy d z^2 C^2 / n^2 (medians over rounds): predicted
+  from each round's measured ||mu|| and measured (non-private research
+  measurements, `LinearCompressionFactory(measure_error_clip=...)`)."""
+  from tff_dp.aggregators import linear_compression as lc
+
+  out = dict.fromkeys(
+    (
+      'sketch rows b',
+      'median ||mu|| / C',
+      'added error / noise: predicted / measured',
+    ),
+    '',
+  )
+  config = summary['config']
+  if config.get('compression', 'none') == 'none':
+    return out
+  key = 'tff/aggregator/'
+  b = next(
+    (r[key + 'sketch_rows'] for r in rows if key + 'sketch_rows' in r), None
+  )
+  if b is None:
+    return out
+  b = int(b)
+  out['sketch rows b'] = b
+  measured = [r for r in rows if key + lc.ERROR_SQ in r]
+  z, clip = summary['noise_multiplier'], summary['clip']
+  if not measured or not z:
+    return out
+  d = summary['num_model_params']
+  s = privacy.Sampling.from_dict(summary['sampling'])
+  noise = d * (z * clip / s.expected_clients_per_round) ** 2
+  factor = lc.error_factor(config.get('compression_sketch', 'srht'), d, b)
+  out['median ||mu|| / C'] = _median(
+    [math.sqrt(r[key + lc.MEAN_SQ]) / clip for r in measured]
+  )
+  predicted = _median([factor * r[key + lc.MEAN_SQ] / noise for r in measured])
+  actual = _median([r[key + lc.ERROR_SQ] / noise for r in measured])
+  out['added error / noise: predicted / measured'] = (
+    f'{predicted:.3g} / {actual:.3g}'
+  )
   return out
 
 

@@ -114,7 +114,7 @@ evaluated rounds (every 2nd). The paper's numbers are after 1,000 rounds.
 # Seed 000's own regime (its Sec. 6: Q = 30, batch 64, lr 0.03, S = 0.03
 # on EMNIST), where BLUR's pull and LUS's sparsity have a binding clip to
 # act on; the clip is the same for every row.
-_REGIME_000 = dict(
+REGIME_000 = dict(
   _EMNIST_000,
   local_steps=30,
   # LEAF writers hold about 138 digits (~2 batches of 64): enough epochs
@@ -243,7 +243,7 @@ the same epsilon) and show only the mechanism; full rows run 30.
   + _PAPER_SCALE_000
   + STATEFUL_DROPOUT,
   metric='test_accuracy',
-  common=_REGIME_000,
+  common=REGIME_000,
   rows=(
     smoke('dp_fedavg', 'DP-FedAvg', dict(method='dp_fedavg')),
     smoke(

@@ -425,7 +425,7 @@ projection on the round's k; a coordinate is released about one round in
 groups) is defined but predicted 89 x DP-FedAvg's error (the plan). Of
 the `_180` rows defined in the study, only those in this table have
 run."""
-_COMMON_001 = dict(
+COMMON_001 = dict(
   rounds=30,
   client_sampling_rate=1 / 60,
   delta=1e-4,
@@ -441,7 +441,7 @@ _COMMON_001 = dict(
   # Reproducible research rows: the guarantee assumes this seed secret.
   noise_seed=0,
 )
-_COLUMNS_001 = (
+COLUMNS_001 = (
   'row',
   'method',
   'best test metric',
@@ -481,9 +481,9 @@ for _split, _task, _table, _words in (
       paper_scale=_PAPER_SCALE_001,
     ),
     metric='test_accuracy',
-    common=dict(task=_task, **_COMMON_001),
+    common=dict(task=_task, **COMMON_001),
     rows=_rows_001(_split),
-    columns=_COLUMNS_001,
+    columns=COLUMNS_001,
   )
 
 # Seed 003 Tables 3-4: (FedAvg acc, drop FedAvg -> CE-FedAvg, drop

@@ -142,6 +142,12 @@ DEFAULTS = {
   'allow_noise_seed_reuse': False,
   'background_evaluation': True,
   'bands': 'auto',
+  # Issue #103 (2026-12-05): no row ran with compression before.
+  'compression': 'none',
+  'compression_norm_ratio': None,
+  'compression_norm_source': 'assumed',
+  'compression_sketch': 'srht',
+  'compression_tolerance': 0.05,
   'batch_size': 10,
   'blt_buffers': 2,
   'blur_lambda': 0.4,

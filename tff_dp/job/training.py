@@ -530,6 +530,8 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     # Above 1 when this invocation resumed from a checkpoint: its wall time
     # then covers only the rounds from here on.
     'first_round_this_invocation': progress.start_round,
+    # What the method's setup planned (e.g. --compression's plan).
+    **params.options.summary(),
   }
 
 

@@ -7,13 +7,14 @@ from tff_dp.methods import communication
 from tff_dp import privacy
 from tff_dp.aggregators import ddgauss
 from tff_dp.aggregators import ddgauss_accounting
+from tff_dp.methods import linear_compression
 from tff_dp.methods import options
 from tff_dp.methods import registry
 from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
-class DDGaussOptions(options.Options):
+class DDGaussOptions(linear_compression.CompressionOptions):
   ddgauss_bits: int = options.option(
     20,
     'DDGauss bit width of the modular sum, in [2, 22].',
@@ -77,31 +78,33 @@ registry.register(
     ),
     private=True,
     options=DDGaussOptions,
-    build_aggregator=lambda p: ddgauss.ddgauss_mean(
-      p.noise_multiplier,
-      p.expected_clients_per_round,
-      p.clip,
-      min_clients=p.options.ddgauss_min_clients,
-      bits=p.options.ddgauss_bits,
-    ),
-    # One integer of `bits` bits per coordinate of the DFT-padded vector.
-    upload_bytes=lambda p: communication.packed_bits_bytes(
-      2 * ((p.num_model_params + 1) // 2), p.options.ddgauss_bits
-    ),
-    # The same event every round: h = min_clients - 1 shares, never the
-    # realised count (a round below min_clients is withheld). It is a
-    # `DiscreteGaussianSumDpEvent` (Kairouz et al.'s RDP curve), which the
-    # ledger amplifies with generic bounds; noise is calibrated through
-    # that accounting and only with the RDP accountant
-    # (`privacy.calibrate_noise_multiplier` refuses 'pld'). What ran is read
-    # from the measurements (`dp_events.released_event`).
-    round_event=lambda z, p: ddgauss_accounting.planned_round_event(
-      z,
-      p.clip,
-      p.expected_clients_per_round,
-      p.num_model_params,
-      p.options.ddgauss_bits,
-      min_clients=p.options.ddgauss_min_clients,
+    **linear_compression.compressible(
+      build_aggregator=lambda p: ddgauss.ddgauss_mean(
+        p.noise_multiplier,
+        p.expected_clients_per_round,
+        p.clip,
+        min_clients=p.options.ddgauss_min_clients,
+        bits=p.options.ddgauss_bits,
+      ),
+      # One integer of `bits` bits per coordinate of the DFT-padded vector.
+      upload_bytes=lambda p: communication.packed_bits_bytes(
+        2 * ((p.num_model_params + 1) // 2), p.options.ddgauss_bits
+      ),
+      # The same event every round: h = min_clients - 1 shares, never the
+      # realised count (a round below min_clients is withheld). It is a
+      # `DiscreteGaussianSumDpEvent` (Kairouz et al.'s RDP curve), which the
+      # ledger amplifies with generic bounds; noise is calibrated through
+      # that accounting and only with the RDP accountant
+      # (`privacy.calibrate_noise_multiplier` refuses 'pld'). What ran is read
+      # from the measurements (`dp_events.released_event`).
+      round_event=lambda z, p: ddgauss_accounting.planned_round_event(
+        z,
+        p.clip,
+        p.expected_clients_per_round,
+        p.num_model_params,
+        p.options.ddgauss_bits,
+        min_clients=p.options.ddgauss_min_clients,
+      ),
     ),
     preflight=_preflight,
     resolve=_resolve,

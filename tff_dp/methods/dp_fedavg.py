@@ -5,6 +5,7 @@ import dataclasses
 from typing import Optional
 
 from tff_dp.aggregators import dp_fedavg
+from tff_dp.methods import linear_compression
 from tff_dp.methods import options
 from tff_dp.methods import public_round
 from tff_dp.methods import registry
@@ -12,7 +13,7 @@ from tff_dp.methods import style
 
 
 @dataclasses.dataclass(frozen=True)
-class FixedClipOptions(options.Options):
+class FixedClipOptions(linear_compression.CompressionOptions):
   """DP-FedAvg with a fixed clip."""
 
   # None: no fraction-clipped release.
@@ -29,7 +30,7 @@ class FixedClipOptions(options.Options):
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaptiveClipOptions(options.Options):
+class AdaptiveClipOptions(linear_compression.CompressionOptions):
   """DP-FedAvg with adaptive clipping (Andrew et al. 2021)."""
 
   target_unclipped_quantile: float = options.option(
@@ -81,17 +82,19 @@ registry.register(
     name='dp_fedavg',
     description=(
       'DP-FedAvg (McMahan et al. 2018): fixed clip, Gaussian noise, '
-      'uniform weights.'
+      'uniform weights; --compression sends a linear sketch instead.'
     ),
     private=True,
     options=FixedClipOptions,
-    build_aggregator=fixed_clip_aggregator,
-    upload_bytes=registry.dense_upload,
-    round_event=registry.gaussian,
-    # --clip_from_public_round: the full update of one public round
-    # (Kerkouche et al. 2021's FL-STD-DP: "when K = |T| = n, the scheme is
-    # equivalent to FL-STD").
-    setup=public_round.clip_setup(lambda p, task: [None]),
+    **linear_compression.compressible(
+      build_aggregator=fixed_clip_aggregator,
+      upload_bytes=registry.dense_upload,
+      round_event=registry.gaussian,
+      # --clip_from_public_round: the full update of one public round
+      # (Kerkouche et al. 2021's FL-STD-DP: "when K = |T| = n, the scheme
+      # is equivalent to FL-STD").
+      setup=public_round.clip_setup(lambda p, task: [None]),
+    ),
     public_round_clip=True,
     correlated_noise=True,
     # Its correlated-noise variants sit beside it at its upload: a lighter
@@ -110,17 +113,19 @@ registry.register(
     ),
     private=True,
     options=AdaptiveClipOptions,
-    build_aggregator=lambda p: dp_fedavg.gaussian_adaptive(
-      p.noise_multiplier,
-      p.expected_clients_per_round,
-      initial_clip=p.clip,
-      target_unclipped_quantile=p.options.target_unclipped_quantile,
-      learning_rate=p.options.clip_learning_rate,
-      clipped_count_stddev=p.options.clipped_count_stddev,
-      noise_seed=p.noise_seed,
+    **linear_compression.compressible(
+      build_aggregator=lambda p: dp_fedavg.gaussian_adaptive(
+        p.noise_multiplier,
+        p.expected_clients_per_round,
+        initial_clip=p.clip,
+        target_unclipped_quantile=p.options.target_unclipped_quantile,
+        learning_rate=p.options.clip_learning_rate,
+        clipped_count_stddev=p.options.clipped_count_stddev,
+        noise_seed=p.noise_seed,
+      ),
+      upload_bytes=registry.dense_upload,
+      round_event=registry.gaussian,  # The effective multiplier.
     ),
-    upload_bytes=registry.dense_upload,
-    round_event=registry.gaussian,  # The effective multiplier.
     style=style.Style('DP-FedAvg, adaptive clip', style.SKY, 'o'),
     docs_page='papers/dp_fedavg.md',
   )

@@ -91,6 +91,11 @@ class Options:
     """The clip(s) `clip` sets, in words (for the summary)."""
     return f'clip {clip:.6g}'
 
+  def summary(self) -> dict[str, Any]:
+    """What the options add to the run's summary.json (e.g. a plan their
+    setup computed); empty by default."""
+    return {}
+
   def to_flat(self) -> dict[str, Any]:
     """The options under their flag names (as saved in config.json)."""
     return {f.name: getattr(self, f.name) for f in flag_fields(type(self))}
