@@ -141,7 +141,8 @@ class _Sketch:
     if rows > self.padded:
       raise ValueError(
         f'The sketch has b = {rows} rows but acts on {self.padded} '
-        f'coordinates: compression must be >= {dim / self.padded:.6g}.'
+        f'coordinates: b must be at most {self.padded} (compression >= '
+        f'{dim / self.padded:.6g}).'
       )
 
   def _hash(self, seed):
@@ -277,7 +278,7 @@ class LinearCompressionFactory(
     self,
     inner: tff.aggregators.UnweightedAggregationFactory,
     *,
-    sketch: str = 'count_sketch',
+    sketch: str = 'srht',
     compression: Optional[float] = None,
     rows: Optional[int] = None,
     seed: int = 0,

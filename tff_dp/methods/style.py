@@ -46,10 +46,25 @@ NOISE_VARIANTS = {
 }
 
 
-def variant_key(method: str, noise: str) -> str:
+# A run with linear compression (`--compression`): the words its label
+# adds and its marker (an octagon), in the method's colour.
+COMPRESSED = ('linear compression', '8')
+COMPRESSED_KEY = 'compressed'
+
+
+def variant_key(method: str, noise: str, compressed: bool = False) -> str:
   """The style key of `method` run with `--noise=noise`: the method's
-  name for iid noise, else '<method>+<noise>'."""
+  name for iid noise, else '<method>+<noise>'; '+compressed' for a run
+  with linear compression (iid noise)."""
+  if compressed:
+    return f'{method}+{COMPRESSED_KEY}'
   return method if noise == settings.IID else f'{method}+{noise}'
+
+
+def compressed_variant(style: Style) -> Style:
+  """The style of a method's run with linear compression."""
+  words, marker = COMPRESSED
+  return Style(f'{style.name}, {words}', style.color, marker)
 
 
 def noise_variant(style: Style, noise: str) -> Style:

@@ -3,7 +3,9 @@
 `METHOD_STYLES` holds each method's legend name, colour and marker
 (`registry.Method.style`), by its `--method` name, and by
 '<method>+<noise>' for the correlated-noise variants of the methods that
-take correlated noise (`Method.correlated_noise`; `style.noise_variant`);
+take correlated noise (`Method.correlated_noise`; `style.noise_variant`),
+and by '<method>+compressed' for the runs of the methods that take
+`--compression` (`style.compressed_variant`);
 `method_key` reads a run's key from its flags and `method_style` looks it
 up. `is_ceiling` says whether a method's rows draw the frontier's
 non-private ceiling (`Method.ceiling`).
@@ -12,6 +14,7 @@ non-private ceiling (`Method.ceiling`).
 from typing import Any, Mapping
 
 from tff_dp import methods
+from tff_dp.methods import linear_compression
 from tff_dp.methods import settings
 from tff_dp.methods import style as style_lib
 
@@ -28,6 +31,15 @@ METHOD_STYLES.update(
     for noise in style_lib.NOISE_VARIANTS
   }
 )
+METHOD_STYLES.update(
+  {
+    style_lib.variant_key(name, settings.IID, compressed=True): (
+      style_lib.compressed_variant(method.style)
+    )
+    for name, method in sorted(methods.METHODS.items())
+    if issubclass(method.options, linear_compression.CompressionOptions)
+  }
+)
 
 
 def is_ceiling(method: str) -> bool:
@@ -41,7 +53,10 @@ def method_key(flags: Mapping[str, Any]) -> str:
   `--noise` when it is not 'iid')."""
   method = str(flags.get('method') or '')
   noise = str(flags.get('noise') or settings.IID)
-  return style_lib.variant_key(method, noise)
+  compression = str(flags.get('compression') or linear_compression.NONE)
+  return style_lib.variant_key(
+    method, noise, compressed=compression != linear_compression.NONE
+  )
 
 
 def method_style(key: str) -> style_lib.Style:

@@ -280,7 +280,11 @@ def test_runner_fl_top_dp_clip_from_public_round(shared_data_dir, tmp_path):
   assert "one local round on the server's public batch" in ledger
 
 
-@pytest.mark.parametrize('method', ['fl_basic_dp', 'dp_fedavg'])
+@pytest.mark.parametrize(
+  'method',
+  # FL-BASIC-DP's (the same setup over its K coordinates): make test-slow.
+  [pytest.param('fl_basic_dp', marks=pytest.mark.slow), 'dp_fedavg'],
+)
 def test_public_round_clip_setup(
   shared_data_dir, tmp_path, method, monkeypatch
 ):

@@ -14,6 +14,7 @@ from tff_dp.job import experiment_config
 from tff_dp import methods
 from tff_dp.methods import options
 from tff_dp.methods import registry
+from tff_dp.methods import linear_compression
 from tff_dp.methods import style
 from tff_dp import privacy
 from tff_dp.aggregators import mf_strategy
@@ -195,6 +196,10 @@ def test_every_method_and_noise_variant_has_its_own_colour_and_marker():
       for noise in style.NOISE_VARIANTS:
         key = style.variant_key(name, noise)
         styles[key] = style.noise_variant(method.style, noise)
+    if issubclass(method.options, linear_compression.CompressionOptions):
+      key = style.variant_key(name, 'iid', compressed=True)
+      styles[key] = style.compressed_variant(method.style)
+  assert 'dp_fedavg+compressed' in styles
   pairs = [(s.color, s.marker) for s in styles.values()]
   assert len(set(pairs)) == len(pairs)
   assert style.variant_key('dp_fedavg', 'iid') == 'dp_fedavg'

@@ -34,14 +34,26 @@ def test_a_method_keeps_its_colour_and_marker_in_every_plot(tmp_path):
     # Drawn in the table's colour and marker, whatever else is on the plot.
     assert _marker_of(fig, dp.color) == {(dp.color, dp.marker)}
     frontier_plot.plt.close(fig)
-  # The table is the registry's: every method, and each correlated-noise
-  # variant, by its key (their pairs differ: registry_test).
+  # The table is the registry's: every method, each correlated-noise
+  # variant and each linear-compression variant, by its key (their pairs
+  # differ: registry_test).
   from tff_dp import methods  # pylint: disable=g-import-not-at-top
 
   correlated = {n for n, m in methods.METHODS.items() if m.correlated_noise}
   keys = set(methods.METHODS) | {
     f'{name}+{noise}' for name in correlated for noise in ('banded', 'blt')
   }
+  keys |= {
+    f'{name}+compressed'
+    for name in ('dp_fedavg', 'dp_fedavg_adaptive', 'ddgauss')
+  }
+  assert (
+    styles.method_key({'method': 'dp_fedavg', 'compression': '100'})
+    == 'dp_fedavg+compressed'
+  )
+  assert styles.METHOD_STYLES['dp_fedavg+compressed'] == style.Style(
+    'DP-FedAvg, linear compression', style.BLUE, '8'
+  )
   assert keys == set(styles.METHOD_STYLES)
   for name, method in methods.METHODS.items():
     assert styles.METHOD_STYLES[name] == method.style
