@@ -23,6 +23,7 @@ from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import dp_randagg
 from tff_dp.aggregators import dpsfl
 from tff_dp.aggregators import dpsfl_adaptive_clip
+from tff_dp.aggregators import linear_compression
 from tff_dp.aggregators import correlated_noise
 from tff_dp.aggregators import mf_strategy
 from tff_dp.client_works import blur
@@ -150,6 +151,16 @@ def _dpsfl_ac(z, columns, k, bit_noise, noise=None, **kw):
   )
 
 
+def _linear(z, rows=None, noise=None, **kw):
+  # A quarter of the coordinates, or `rows`; its event is the inner sum's.
+  return linear_compression.LinearCompressionFactory(
+    _fixed(z, noise, **kw),
+    compression=None if rows else 4,
+    rows=rows,
+    resample=noise is None,
+  )
+
+
 # name: (factory, event reader, the events that must come back).
 _FACTORIES = {
   'gaussian_fixed_banded_mf': (
@@ -230,6 +241,11 @@ _FACTORIES = {
     [dp_accounting.ComposedDpEvent([_gaussian(), _gaussian()])],
   ),
   'uv_fed': (lambda z: cmp_fed.uv_fed(1), _in_state, []),
+  'linear_compression': (
+    lambda z: _linear(z, noise_seed=1),
+    _in_state,
+    [_gaussian()],
+  ),
   'fetchsgd': (lambda z: dpsfl.fetchsgd(3, 20, 5), _in_state, []),
   'dpsfl': (
     lambda z: _dpsfl(z, 20, 5, noise_seed=1),
@@ -331,6 +347,13 @@ _NOISELESS_BY_METHOD = {
   'cmp_fed': (lambda noise: _cmp(0.0, 10, 1e3, noise), 'mean'),
   'dpsfl': (lambda noise: _dpsfl(0.0, 10_000, _K, noise), 'top_k'),
   'dpsfl_ac': (lambda noise: _dpsfl_ac(0.0, 10_000, _K, 0.0, noise), 'top_k'),
+  # Every row of the SRHT (b = D): S^T S = I, the mean itself.
+  'linear_compression': (
+    lambda noise: _linear(
+      0.0, linear_compression.padded_dim('srht', _num_params()), noise
+    ),
+    'mean',
+  ),
 }
 _NOISE = {'banded_mf': _BANDED, 'blt': _BLT}
 _NOISELESS = {
