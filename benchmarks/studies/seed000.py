@@ -281,7 +281,20 @@ the same epsilon) and show only the mechanism; full rows run 30.
   # seeds 1, 2.
   + reseeded(_by_name_300['blur_lus_0.9_300'], (1, 2))
   + reseeded(_by_name_300['dp_fedavg_300'], (1, 2))
-  + _CORRELATED_300,
+  + _CORRELATED_300
+  # Issue #103: does accuracy here depend on the DP noise at all? DP-FedAvg
+  # at the same clip without noise (multiplier 0: no guarantee).
+  + (
+    at_rounds(
+      Row(
+        'dp_fedavg_no_noise',
+        'DP-FedAvg clip 0.03, no noise (multiplier 0, no guarantee)',
+        dict(method='dp_fedavg', noise_multiplier=0.0, target_epsilon=None),
+      ),
+      300,
+      eval_every=10,
+    ),
+  ),
   # Table 3's columns and, after the epsilons, why a row's epsilon is not
   # a rigorous guarantee where its run says so (DDGauss under Poisson).
   columns=tuple(
