@@ -54,11 +54,11 @@ _RUNS = flags.DEFINE_list('runs', None, 'Results folders of tff_dp.run.')
 _FRONTIER = flags.DEFINE_boolean(
   'frontier', False, 'Draw frontier.png (the test metric against upload).'
 )
-_RESULTS = flags.DEFINE_string(
+_RESULTS = flags.DEFINE_list(
   'frontier_results',
   None,
-  'With --frontier: a study results store (benchmarks/results/*.json) to '
-  'draw instead of --runs.',
+  'With --frontier: study results stores (benchmarks/results/*.json) to '
+  'draw instead of --runs; each row from the store that holds it.',
 )
 _ROWS = flags.DEFINE_list(
   'frontier_rows',
@@ -100,8 +100,10 @@ def main(argv):
   if _RESULTS.value:
     if not _METRIC.value:
       raise app.UsageError('--frontier_results needs --frontier_metric.')
-    points = frontier.frontier_points_from_results(
-      pathlib.Path(_RESULTS.value), _ROWS.value, metric=_METRIC.value
+    points = frontier.frontier_points_from_stores(
+      [pathlib.Path(p) for p in _RESULTS.value],
+      _ROWS.value,
+      metric=_METRIC.value,
     )
     print(
       frontier_plot.plot_frontier(

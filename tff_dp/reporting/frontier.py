@@ -276,3 +276,35 @@ def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
       front.append(i)
       best = ys[i]
   return front
+
+
+def frontier_points_from_stores(
+  paths: Sequence[pathlib.Path],
+  rows: Optional[Sequence[str]] = None,
+  metric: Optional[str] = None,
+) -> list[FrontierPoint]:
+  """`frontier_points_from_results` over several studies' stores: each row
+  from the one store that holds it (all rows of every store by default).
+
+  Raises:
+    ValueError: If a row is in no store, or in more than one.
+  """
+  tables = [
+    (pathlib.Path(p), json.loads(pathlib.Path(p).read_text())) for p in paths
+  ]
+  if not rows:
+    return [
+      point
+      for path, _ in tables
+      for point in frontier_points_from_results(path, None, metric)
+    ]
+  holders = {n: [p for p, t in tables if n in t] for n in rows}
+  bad = {n: [str(p) for p in ps] for n, ps in holders.items() if len(ps) != 1}
+  if bad:
+    raise ValueError(
+      f'Each row must be in exactly one of {[str(p) for p in paths]}; '
+      f'these are in none or several: {bad}'
+    )
+  return [
+    frontier_points_from_results(holders[n][0], [n], metric)[0] for n in rows
+  ]

@@ -104,3 +104,23 @@ def test_frontier_refuses_unequal_epsilon_and_mixed_groups(tmp_path):
     frontier.frontier_groups([a, c])
   with pytest.raises(ValueError, match='no points'):
     frontier_plot.plot_frontier([], tmp_path / 'f.png')
+
+
+def test_frontier_from_two_stores_takes_each_row_from_its_own(tmp_path):
+  first = frontier_rows.store(tmp_path / 'a', frontier_rows.STUDY)
+  other = {
+    'srht_100x': frontier_rows.row(
+      'dp_fedavg', 'DP-FedAvg, SRHT 100x', 66.5, 0.66, 1.0, compression='100'
+    )
+  }
+  second = frontier_rows.store(tmp_path / 'b', other)
+  points = frontier.frontier_points_from_stores(
+    [first, second], ['dp', 'srht_100x']
+  )
+  assert [p.group for p in points] == ['dp', 'srht_100x']
+  assert points[1].method == 'dp_fedavg+compressed'
+  assert len(frontier.frontier_points_from_stores([first, second])) == 8
+  with pytest.raises(ValueError, match="in none or several: {'nope': \\[\\]}"):
+    frontier.frontier_points_from_stores([first, second], ['nope'])
+  with pytest.raises(ValueError, match='in none or several'):
+    frontier.frontier_points_from_stores([first, first], ['dp'])
