@@ -23,14 +23,17 @@ AUTO = 'auto'
 NORM_SOURCES = ('assumed', 'pilot')
 
 
-@options.refusing('0.5', '-3', 'nan', 'inf', 'fast', '')
+@options.refusing('0.5', '-3', 'nan', 'inf', 'fast', '', True, 0.5)
 def _check_compression(name, value):
-  """'none', 'auto' or a number >= 1 (as a string: it is a flag)."""
+  """'none', 'auto' or a number >= 1 (a string from the flag, or a
+  number from Python)."""
   if value in (NONE, AUTO):
     return
   try:
+    if isinstance(value, bool):
+      raise ValueError
     lc.check_compression(float(value))
-  except ValueError:
+  except (TypeError, ValueError):
     raise ValueError(
       f"{name} must be 'none', 'auto' or a finite number >= 1 (d / b). "
       f'Found {value!r}.'
@@ -80,6 +83,11 @@ class CompressionOptions(options.Options):
   )
   # What the plan chose (`plan`): set by the method's setup.
   compression_plan: Any = options.computed(None)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not isinstance(self.compression, str):  # A number from Python.
+      object.__setattr__(self, 'compression', f'{self.compression:g}')
 
   def summary(self) -> dict[str, Any]:
     if self.compression_plan is None:

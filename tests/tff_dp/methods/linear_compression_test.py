@@ -104,7 +104,8 @@ def test_plan_picks_the_largest_compression_under_the_tolerance():
 
 def test_options_refuse_bad_values():
   options = methods.METHODS['dp_fedavg'].options
-  for bad in ('0.5', 'fast', '', 'nan'):
+  assert options(compression=100).compression == '100'
+  for bad in ('0.5', 'fast', '', 'nan', True, 0.9):
     with pytest.raises(ValueError, match="compression must be 'none', 'auto'"):
       options(compression=bad)
   with pytest.raises(ValueError, match='compression_sketch must be one of'):
