@@ -16,7 +16,7 @@ Two sketches (`SKETCHES`):
   * 'srht': a subsampled randomized Hadamard transform by blocks,
     S = sqrt(D/b) P H D_s: the value padded to D (a multiple of 1,024),
     random signs D_s, the orthonormal Hadamard transform of every block of
-    1,024 (`BLOCK`), and b of the D rows kept by stratified sampling (each
+    1,024 (`BLOCK`), and b of the D rows kept by systematic sampling (each
     row with probability b/D, never twice).
 
 Both are unbiased (E[S^T S] = I) and put each decoded coordinate's noise at
@@ -153,7 +153,7 @@ class _Sketch:
     return r // 2, tf.cast(r % 2, tf.float32) * 2.0 - 1.0
 
   def _srht_parts(self, seed):
-    """SRHT: the signs (D) and the b stratified rows, sorted."""
+    """SRHT: the signs (D) and the b sampled rows, sorted."""
     seeds = tf.random.experimental.stateless_split(seed, num=2)
     signs = (
       tf.cast(
@@ -165,9 +165,10 @@ class _Sketch:
       * 2.0
       - 1.0
     )
-    u = tf.random.stateless_uniform(
-      [self.rows], seed=seeds[1], dtype=tf.float64
-    )
+    # Systematic sampling: one offset u for every stratum, so the rows
+    # floor((t + u) D / b) are distinct (D / b >= 1 apart) and each of the
+    # D rows is kept with probability exactly b / D.
+    u = tf.random.stateless_uniform([], seed=seeds[1], dtype=tf.float64)
     t = tf.range(self.rows, dtype=tf.float64)
     rows = tf.cast(tf.floor((t + u) * (self.padded / self.rows)), tf.int32)
     return signs, tf.minimum(rows, self.padded - 1)
