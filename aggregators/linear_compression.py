@@ -32,6 +32,7 @@ See docs/papers/linear_compression.md.
 
 import collections
 import math
+import numbers
 from typing import Optional
 
 import numpy as np
@@ -47,7 +48,10 @@ SKETCHES = ('count_sketch', 'srht')
 # matrix products per block (H_32 kron H_32 = H_1024).
 BLOCK = 1024
 _SIDE = 32
-# What a client uploads beside its b values: the round's 8-byte seed.
+# The round's 8-byte seed: sent down to every client, and counted in its
+# upload too, beside its b values: a record decodes only with its round's
+# S, so a client reporting asynchronously sends the seed with it (the
+# simulation hands it to the server directly).
 SEED_BYTES = 8
 
 # The non-private measurements (`measure_error_clip`).
@@ -141,8 +145,7 @@ class _Sketch:
     if rows > self.padded:
       raise ValueError(
         f'The sketch has b = {rows} rows but acts on {self.padded} '
-        f'coordinates: b must be at most {self.padded} (compression >= '
-        f'{dim / self.padded:.6g}).'
+        f'coordinates: b must be at most {self.padded}.'
       )
 
   def _hash(self, seed):
@@ -265,7 +268,9 @@ class LinearCompressionFactory(
     resample: Draw a new S every round (default); False keeps one S for the
       whole run (correlated noise).
     measure_error_clip: With a clip (finite > 0), the non-private
-      measurements above; None (default): none.
+      measurements above, of the updates clipped to it; None (default):
+      none. Under adaptive clipping the runner passes the initial clip,
+      not the clip in force.
     clients_per_round: The denominator of the measured mean (the expected
       cohort); needed with `measure_error_clip`.
 
@@ -303,13 +308,15 @@ class LinearCompressionFactory(
       or rows < 1
     ):
       raise ValueError(f'rows must be an integer >= 1. Found {rows!r}.')
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+      raise ValueError(f'seed must be an integer. Found {seed!r}.')
     if measure_error_clip is not None:
       for name, v in (
         ('measure_error_clip', measure_error_clip),
         ('clients_per_round', clients_per_round),
       ):
         if not (
-          isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+          isinstance(v, numbers.Real) and math.isfinite(v) and v > 0
         ) or isinstance(v, bool):
           raise ValueError(
             f'{name} must be a finite number > 0 with measure_error_clip. '

@@ -8,6 +8,7 @@ client_works only the aggregators; the binaries at the top (`run`, `plot`,
 """
 
 import ast
+import collections
 import pathlib
 
 import pytest
@@ -187,3 +188,12 @@ def test_no_test_file_is_over_600_lines():
     if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
   ]
   assert not long_files, long_files
+
+
+def test_test_files_have_distinct_basenames():
+  # pytest imports test files by basename (tests/ has no packages): two
+  # files of one name break the collection of the whole suite.
+  names = collections.Counter(
+    p.name for p in _ROOT.joinpath('tests').rglob('*_test.py')
+  )
+  assert not [n for n, c in names.items() if c > 1]

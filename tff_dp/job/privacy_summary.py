@@ -68,6 +68,8 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       f"the server's public batch{subset} (Kerkouche et al.'s rule; not "
       'client data)'
     )
+  if config.options is not None:
+    steps.extend(config.options.tuning_outside_ledger())
   return steps
 
 

@@ -32,6 +32,14 @@ class DDGaussOptions(linear_compression.CompressionOptions):
     check=options.integer(2),
   )
 
+  def check_run(self, config) -> None:
+    super().check_run(config)
+    if self.compression == linear_compression.AUTO:
+      raise ValueError(
+        "--compression=auto is for Gaussian noise: DDGauss's event and "
+        'noise depend on the dimension. Give --compression a number.'
+      )
+
   def __post_init__(self):
     super().__post_init__()
     if self.ddgauss_bits > 22:  # TFF's DistributedDpSumFactory limit.

@@ -87,7 +87,19 @@ class CompressionOptions(options.Options):
   def __post_init__(self):
     super().__post_init__()
     if not isinstance(self.compression, str):  # A number from Python.
-      object.__setattr__(self, 'compression', f'{self.compression:g}')
+      x = float(self.compression)
+      object.__setattr__(
+        self, 'compression', str(int(x)) if x.is_integer() else repr(x)
+      )
+
+  def tuning_outside_ledger(self) -> list[str]:
+    if self.compression != AUTO or self.compression_norm_source != 'pilot':
+      return []
+    return [
+      f'--compression=auto from --compression_norm_ratio '
+      f'{self.compression_norm_ratio:g}, measured in a non-private pilot '
+      "(public only if the pilot ran on other clients' data)"
+    ]
 
   def summary(self) -> dict[str, Any]:
     if self.compression_plan is None:
@@ -133,9 +145,31 @@ def choose_rows(
   norm_ratio,
   tolerance,
 ) -> int:
-  """The fewest rows b whose predicted `added_error_share` <= tolerance."""
-  if noise_multiplier <= 0:
-    return lc.padded_dim(sketch, dim)
+  """The fewest rows b < d whose predicted `added_error_share` <= tolerance.
+
+  Raises:
+    ValueError: If no b < d meets it (then compression cannot be free:
+      give --compression a number, or none), naming the inputs.
+  """
+
+  def share(rows):
+    return lc.added_error_share(
+      sketch,
+      dim,
+      rows,
+      noise_multiplier=noise_multiplier,
+      clients_per_round=clients_per_round,
+      norm_ratio=norm_ratio,
+    )
+
+  if dim < 2 or noise_multiplier <= 0 or share(dim - 1) > tolerance:
+    raise ValueError(
+      f"--compression=auto: no b < d = {dim} keeps the {sketch} decode's "
+      f'predicted error under {tolerance:g} of the DP noise (expected '
+      f'cohort {clients_per_round:g}, noise multiplier '
+      f'{noise_multiplier:g}, ||mu|| / C <= {norm_ratio:g}). Give '
+      '--compression a number >= 1, or none.'
+    )
   budget = (
     tolerance
     * dim
@@ -143,21 +177,13 @@ def choose_rows(
     / (norm_ratio**2 * clients_per_round**2)
   )
   if sketch == 'count_sketch':
-    b = math.ceil((dim - 1) / budget) if dim > 1 else 1
+    b = math.ceil((dim - 1) / budget)
   else:
     b = math.ceil(lc.padded_dim(sketch, dim) / (1 + budget))
-  b = min(max(1, b), lc.padded_dim(sketch, dim))
-  share = lambda r: lc.added_error_share(
-    sketch,
-    dim,
-    r,
-    noise_multiplier=noise_multiplier,
-    clients_per_round=clients_per_round,
-    norm_ratio=norm_ratio,
-  )
+  b = min(max(1, b), dim - 1)
   while b > 1 and share(b - 1) <= tolerance:  # Rounding: never one too many.
     b -= 1
-  while share(b) > tolerance and b < lc.padded_dim(sketch, dim):
+  while share(b) > tolerance:
     b += 1
   return b
 

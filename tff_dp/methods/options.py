@@ -91,6 +91,12 @@ class Options:
     """The clip(s) `clip` sets, in words (for the summary)."""
     return f'clip {clip:.6g}'
 
+  def tuning_outside_ledger(self) -> list[str]:
+    """Choices these options make from client data outside the privacy
+    ledger, in words (for the summary's privacy section); none by
+    default."""
+    return []
+
   def summary(self) -> dict[str, Any]:
     """What the options add to the run's summary.json (e.g. a plan their
     setup computed); empty by default."""

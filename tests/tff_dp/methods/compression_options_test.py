@@ -1,3 +1,8 @@
+"""The --compression options of DP-FedAvg and DDGauss
+(tff_dp/methods/linear_compression.py). Named apart from the aggregator's
+tests, tests/aggregators/linear_compression_test.py: pytest needs distinct
+basenames."""
+
 import dataclasses
 
 import dp_accounting
@@ -8,6 +13,7 @@ import pytest
 
 from tff_dp import methods
 from tff_dp import privacy
+from tff_dp.aggregators import dp_fedavg
 from tff_dp.aggregators import linear_compression as lc
 from tff_dp.job import training
 from tff_dp.methods import communication
@@ -98,13 +104,70 @@ def test_plan_picks_the_largest_compression_under_the_tolerance():
     assert plan['predicted_added_error_share'] == pytest.approx(share(b))
     assert plan['compression'] == pytest.approx(D / b)
     assert plan['chosen_by'] == 'auto' and plan['norm_source'] == 'assumed'
-  # tolerance x d z^2 / (n^2 rho^2) = 46.6: about 38x for the SRHT here.
+  # tolerance x d z^2 / (n^2 rho^2) = 46.6: 47.7x for the SRHT here.
   assert 35 < linear_compression.plan(p)['compression'] < 50
+
+
+def test_plan_refuses_when_no_compression_meets_the_tolerance():
+  p = _params(
+    'dp_fedavg',
+    num_model_params=1000,
+    compression='auto',
+    compression_norm_ratio=1.0,
+  )
+  with pytest.raises(ValueError, match='no b < d = 1000 keeps the srht'):
+    linear_compression.plan(p)
+
+
+def test_correlated_noise_keeps_one_s_and_a_pilot_is_named_as_tuning():
+  p = dataclasses.replace(
+    _params('dp_fedavg', compression='10'), noise_strategy=object()
+  )
+  built = linear_compression.compressible(
+    build_aggregator=lambda q: dp_fedavg.gaussian_fixed(1.0, 100, 0.5),
+    upload_bytes=lambda q: 0,
+    round_event=lambda z, q: None,
+  )['build_aggregator'](p)
+  assert built._resample is False
+  assert (
+    methods.METHODS['dp_fedavg']
+    .build_aggregator(_params('dp_fedavg', compression='10'))
+    ._resample
+  )
+  options = methods.METHODS['dp_fedavg'].options
+  pilot = options(
+    compression='auto',
+    compression_norm_ratio=0.6,
+    compression_norm_source='pilot',
+  )
+  assert 'non-private pilot' in pilot.tuning_outside_ledger()[0]
+  assert (
+    options(
+      compression='auto', compression_norm_ratio=0.6
+    ).tuning_outside_ledger()
+    == []
+  )
+
+
+@pytest.mark.usefixtures('shared_data_dir')
+def test_ddgauss_refuses_auto():
+  with pytest.raises(ValueError, match='auto is for Gaussian noise'):
+    training.ExperimentConfig.create(
+      task='heart_disease',
+      method='ddgauss',
+      rounds=1,
+      delta=1e-3,
+      noise_multiplier=1.0,
+      compression='auto',
+      compression_norm_ratio=0.5,
+    ).validate()
 
 
 def test_options_refuse_bad_values():
   options = methods.METHODS['dp_fedavg'].options
   assert options(compression=100).compression == '100'
+  assert options(compression=1234567).compression == '1234567'
+  assert options(compression=2.5).compression == '2.5'
   for bad in ('0.5', 'fast', '', 'nan', True, 0.9):
     with pytest.raises(ValueError, match="compression must be 'none', 'auto'"):
       options(compression=bad)
