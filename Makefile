@@ -144,6 +144,8 @@ comma := ,
 FRONTIER = $(PY) -m tff_dp.plot --frontier --frontier_results=benchmarks/results/$(1).json --frontier_rows=$(2) --frontier_title='$(3)' --frontier_metric=$(5) --frontier_paper='$(6)' --frontier_note='$(7)' --output_dir=build/frontiers/$(4) && mkdir -p benchmarks/results/frontiers && cp build/frontiers/$(4)/frontier.png benchmarks/results/frontiers/$(4).png
 FASHION_30 = cmp_fed_r1,cmp_fed_r2,cmp_fed_r4,cmp_fed_r8,cmp_fed_r16,dp_randagg_r1,dp_randagg_r2,dp_randagg_r4,dp_randagg_r8,dp_randagg_r16,uv_fed_r1,uv_fed_r2,uv_fed_r4,uv_fed_r8,uv_fed_r16,dp_fedavg,fedavg
 FASHION_180 = fedavg_180,dp_fedavg_clip0.5_180,dp_fedavg_clip0.5_180_seed1,dp_fedavg_clip0.5_180_seed2,banded_mf_clip0.5_180,banded_mf_clip0.5_180_seed1,banded_mf_clip0.5_180_seed2,dp_randagg_r16_banded_mf_180,cmp_fed_r1_180,cmp_fed_r4_180,dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_180,cmp_fed_r16_180_seed1,cmp_fed_r16_180_seed2,dp_randagg_r16_180,dp_randagg_r1_180,cmp_fed_r16_dense_180,uv_fed_r16_180
+# Issue #103's rows, from benchmarks/results/linear_compression_fashion.json.
+LC_FASHION_180 = srht_100x
 FASHION_5LABELS_180 = dp_fedavg_180,dp_fedavg_clip0.5_180,cmp_fed_r16_180,dp_randagg_r16_180,uv_fed_r16_180,cmp_fed_r4_180,cmp_fed_r1_180,dp_randagg_r1_180,fedavg_180
 FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
 FASHION_004_200 = fl_top_200,fl_top_dp_public_clip_200,fl_top_dp_public_clip_200_seed1,fl_top_dp_public_clip_200_seed2,dp_fedavg_200,dp_fedavg_200_seed1,dp_fedavg_200_seed2,fedavg_200,fl_basic_200,fl_basic_dp_public_clip_200,fl_std_dp_public_clip_200
@@ -163,7 +165,7 @@ NOTE_000_DDG = DDGauss: the table gives its continuous-Gaussian epsilon 6.0; by 
 frontiers: $(STAMP)
 	$(call FRONTIER,seed001_iid,$(FASHION_30),Fashion-MNIST IID (seed 001 study): 30 rounds,fashion_mnist_iid_30rounds,test_accuracy,$(PAPER_001_IID),)
 	$(call FRONTIER,seed001_5labels,$(FASHION_30),Fashion-MNIST 5 labels per client (seed 001 study): 30 rounds,fashion_mnist_5labels_30rounds,test_accuracy,$(PAPER_001_5L),)
-	$(call FRONTIER,seed001_iid,$(FASHION_180),Fashion-MNIST IID (seed 001 study): 180 rounds,fashion_mnist_iid_180rounds,test_accuracy,$(PAPER_001_IID),)
+	$(call FRONTIER,seed001_iid.json$(comma)benchmarks/results/linear_compression_fashion,$(FASHION_180)$(comma)$(LC_FASHION_180),Fashion-MNIST IID (seed 001 study): 180 rounds,fashion_mnist_iid_180rounds,test_accuracy,$(PAPER_001_IID),)
 	$(call FRONTIER,seed001_5labels,$(FASHION_5LABELS_180),Fashion-MNIST 5 labels per client (seed 001 study): 180 rounds,fashion_mnist_5labels_180rounds,test_accuracy,$(PAPER_001_5L),)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004),Fashion-MNIST IID (seed 004 study$(comma) r = 0.5%): 30 rounds,fashion_mnist_seed004_30rounds,test_accuracy,$(PAPER_004F),)
 	$(call FRONTIER,seed004_fashion,$(FASHION_004_200),Fashion-MNIST IID (seed 004 study$(comma) r = 0.5%): 200 rounds,fashion_mnist_seed004_200rounds,test_accuracy,$(PAPER_004F),)

@@ -52,7 +52,7 @@ def test_a_method_keeps_its_colour_and_marker_in_every_plot(tmp_path):
     == 'dp_fedavg+compressed'
   )
   assert styles.METHOD_STYLES['dp_fedavg+compressed'] == style.Style(
-    'DP-FedAvg, linear compression', style.BLUE, '8'
+    'DP-FedAvg, linear compression', style.BLUE, 'X'
   )
   assert keys == set(styles.METHOD_STYLES)
   for name, method in methods.METHODS.items():
