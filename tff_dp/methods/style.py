@@ -47,7 +47,7 @@ NOISE_VARIANTS = {
 
 
 # A run with linear compression (`--compression`): the words its label
-# adds and its marker (an octagon), in the method's colour.
+# adds and its marker (a filled X), in the method's colour.
 COMPRESSED = ('linear compression', 'X')
 COMPRESSED_KEY = 'compressed'
 
