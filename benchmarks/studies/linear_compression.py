@@ -96,7 +96,11 @@ noise" the decode's squared error on that mean over the DP noise's energy
 d z^2 C^2 / n^2, medians over rounds: predicted from the measured ||mu||
 (`linear_compression.added_error_share`) and measured
 (`compression_error_sq`; both non-private research measurements, outside
-the ledger). Only the rows in this table have run."""
+the ledger). Only the rows in this table have run. Rows killed to change
+the queue (a run stopped between checkpoints) were deleted and rerun from
+round 1, never resumed under other code; `srht_100x` first ran under
+per-stratum SRHT offsets (a row could be kept twice) and was stopped at
+round ~130 and rerun from scratch with systematic sampling."""
 
 STUDIES['linear_compression_fashion'] = Study(
   title='Linear compression on Fashion-MNIST IID (seed 001 setting)',
