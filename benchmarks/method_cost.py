@@ -115,6 +115,8 @@ def main(argv):
     f'python -m benchmarks.method_cost --rounds={_ROUNDS.value} '
     f'--every={_EVERY.value} --methods={",".join(_METHODS.value)}'
   )
+  if _OUTPUT.value != _OUTPUT.default:
+    command += f' --output={_OUTPUT.value}'
   rows = {}
   for i, m in enumerate(order):
     if m != 'dp_fedavg':
