@@ -81,16 +81,22 @@ def test_every_flag_reaches_the_config():
 def _valid_other_value(flag, options_cls):
   """A value of an option flag, not its default, that its options take."""
   value = _other_value(flag)
-  if isinstance(flag.parser, (flags.IntegerParser, flags.FloatParser)):
+  numeric = isinstance(flag.parser, (flags.IntegerParser, flags.FloatParser))
+  if numeric or isinstance(value, str):
     candidates = [value]
-    if flag.default:
+    if numeric and flag.default:
       candidates.append(flag.default / 2 if isinstance(value, float) else 2)
+    if isinstance(value, str):
+      # A string that holds a number (e.g. --compression=2).
+      candidates.append('2')
     for candidate in candidates:
       try:
         options_cls(**{flag.name: candidate})
         return candidate
       except ValueError:
         pass
+      except TypeError:  # Not a field of these options (a renamed flag).
+        break
   return value
 
 

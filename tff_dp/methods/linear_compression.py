@@ -116,7 +116,9 @@ class CompressionOptions(options.Options):
 
 
 def active(p: registry.MethodParams) -> bool:
-  return p.options.compression != NONE
+  """Whether `p` asks for compression (options without the field, e.g. a
+  bare `Options()` built by hand, do not)."""
+  return getattr(p.options, 'compression', NONE) != NONE
 
 
 def rows(p: registry.MethodParams) -> int:
