@@ -145,7 +145,7 @@ FRONTIER = $(PY) -m tff_dp.plot --frontier --frontier_results=benchmarks/results
 FASHION_30 = cmp_fed_r1,cmp_fed_r2,cmp_fed_r4,cmp_fed_r8,cmp_fed_r16,dp_randagg_r1,dp_randagg_r2,dp_randagg_r4,dp_randagg_r8,dp_randagg_r16,uv_fed_r1,uv_fed_r2,uv_fed_r4,uv_fed_r8,uv_fed_r16,dp_fedavg,fedavg
 FASHION_180 = fedavg_180,dp_fedavg_clip0.5_180,dp_fedavg_clip0.5_180_seed1,dp_fedavg_clip0.5_180_seed2,banded_mf_clip0.5_180,banded_mf_clip0.5_180_seed1,banded_mf_clip0.5_180_seed2,dp_randagg_r16_banded_mf_180,cmp_fed_r1_180,cmp_fed_r4_180,dp_fedavg_180,dp_fedavg_180_seed1,dp_fedavg_180_seed2,cmp_fed_r16_180,cmp_fed_r16_180_seed1,cmp_fed_r16_180_seed2,dp_randagg_r16_180,dp_randagg_r1_180,cmp_fed_r16_dense_180,uv_fed_r16_180
 # Issue #103's rows, from benchmarks/results/linear_compression_fashion.json.
-LC_FASHION_180 = srht_100x,srht_100x_seed1,srht_1000x
+LC_FASHION_180 = srht_100x,srht_100x_seed1,srht_100x_seed2,srht_1000x
 FASHION_5LABELS_180 = dp_fedavg_180,dp_fedavg_clip0.5_180,cmp_fed_r16_180,dp_randagg_r16_180,uv_fed_r16_180,cmp_fed_r4_180,cmp_fed_r1_180,dp_randagg_r1_180,fedavg_180
 FASHION_004 = fedavg,dp_fedavg,fl_top,fl_top_dp,fl_basic,fl_basic_dp
 FASHION_004_200 = fl_top_200,fl_top_dp_public_clip_200,fl_top_dp_public_clip_200_seed1,fl_top_dp_public_clip_200_seed2,dp_fedavg_200,dp_fedavg_200_seed1,dp_fedavg_200_seed2,fedavg_200,fl_basic_200,fl_basic_dp_public_clip_200,fl_std_dp_public_clip_200
