@@ -59,7 +59,6 @@ def test_ddgauss_event_is_planned_at_b():
   # event of a b-dim sum.
   ddgauss = methods.METHODS['ddgauss']
   p = _params('ddgauss', compression='1000', ddgauss_min_clients=80)
-  at_b = ddgauss.round_event(1.0, dataclasses.replace(p, num_model_params=1664))
   plain = dataclasses.replace(
     p, options=dataclasses.replace(p.options, compression='none')
   )
@@ -67,7 +66,6 @@ def test_ddgauss_event_is_planned_at_b():
     1.0, dataclasses.replace(plain, num_model_params=1664)
   )
   assert ddgauss.round_event(1.0, p) != ddgauss.round_event(1.0, plain)
-  del at_b
   auto = _params(
     'ddgauss',
     compression='auto',
