@@ -10,21 +10,31 @@ as it would the full update; the server decodes the released b-dim mean
 linearly, S^T y. The DP event is the inner aggregator's, unchanged: the
 compressed record of a client is clipped to C whatever it holds.
 
-Two sketches (`SKETCHES`):
+Three sketches (`SKETCHES`):
+  * 'srht_interleaved' (the default): a subsampled randomized Hadamard
+    transform, S = sqrt(D/b) P H D_s: the value padded to D (a multiple of
+    1,024), random signs D_s, the orthonormal Hadamard transform H of
+    blocks of 1,024 (`BLOCK`) that interleave the coordinates (block k
+    holds the coordinates k, k + D/1,024, k + 2 D/1,024, ...), and b of the
+    D rows kept by systematic sampling through a seeded permutation (each
+    row with probability b/D, never twice).
+  * 'srht': the same with blocks of 1,024 consecutive coordinates. Its
+    decode error stays in the blocks it comes from, so it lands on the
+    layers that carry the update: in the Fashion-MNIST CNN the second
+    convolution holds 3% of the parameters and a third of ||mu||^2 late in
+    training, and there the error at 1,000x is 13x its uniform share of
+    the total. Interleaving spreads each layer over every block, and the
+    error over the coordinates like the noise. Its rows are systematic
+    sampling's lattice, unpermuted.
   * 'count_sketch': one hash row, S[h(i), i] = s(i), h uniform on [0, b),
     s uniform on {-1, +1}. Encoding is a segment sum, decoding a gather.
-  * 'srht': a subsampled randomized Hadamard transform by blocks,
-    S = sqrt(D/b) P H D_s: the value padded to D (a multiple of 1,024),
-    random signs D_s, the orthonormal Hadamard transform of every block of
-    1,024 (`BLOCK`), and b of the D rows kept by systematic sampling (each
-    row with probability b/D, never twice).
 
 Both are unbiased (E[S^T S] = I) and put each decoded coordinate's noise at
 the inner noise's variance (diag(S^T S) = 1 exactly for the count sketch,
 in expectation for the SRHT), so the decoded noise energy on the mean is
 d z^2 C^2 / n^2, as uncompressed. What compression adds is the error of the
 linear decode on the cohort's mean update mu: E ||S^T S mu - mu||^2 =
-(d - 1)/b ||mu||^2 (count sketch) and (D/b - 1) ||mu||^2 (SRHT), the
+(d - 1)/b ||mu||^2 (count sketch) and (D/b - 1) ||mu||^2 (SRHTs), the
 `added_error_share` of the noise that the compression plan bounds.
 
 See docs/papers/linear_compression.md.
@@ -43,7 +53,8 @@ from tff_dp.aggregators import _tff_private
 from tff_dp.aggregators import dp_events
 from tff_dp.aggregators import weighting
 
-SKETCHES = ('count_sketch', 'srht')
+SKETCHES = ('count_sketch', 'srht', 'srht_interleaved')
+_SRHTS = ('srht', 'srht_interleaved')
 # The SRHT's Hadamard block: 1,024 = 32 x 32, applied as two 32 x 32
 # matrix products per block (H_32 kron H_32 = H_1024).
 BLOCK = 1024
@@ -80,8 +91,8 @@ def check_compression(compression) -> None:
 
 
 def padded_dim(sketch: str, dim: int) -> int:
-  """D: the dimension S acts on (the SRHT pads to a multiple of `BLOCK`)."""
-  if sketch == 'srht':
+  """D: the dimension S acts on (an SRHT pads to a multiple of `BLOCK`)."""
+  if sketch in _SRHTS:
     return -(-dim // BLOCK) * BLOCK
   return dim
 
@@ -156,8 +167,11 @@ class _Sketch:
     return r // 2, tf.cast(r % 2, tf.float32) * 2.0 - 1.0
 
   def _srht_parts(self, seed):
-    """SRHT: the signs (D) and the b sampled rows, sorted."""
-    seeds = tf.random.experimental.stateless_split(seed, num=2)
+    """SRHT: the signs (D) and the b sampled rows."""
+    interleaved = self.sketch == 'srht_interleaved'
+    seeds = tf.random.experimental.stateless_split(
+      seed, num=3 if interleaved else 2
+    )
     signs = (
       tf.cast(
         tf.random.stateless_uniform(
@@ -174,11 +188,28 @@ class _Sketch:
     u = tf.random.stateless_uniform([], seed=seeds[1], dtype=tf.float64)
     t = tf.range(self.rows, dtype=tf.float64)
     rows = tf.cast(tf.floor((t + u) * (self.padded / self.rows)), tf.int32)
-    return signs, tf.minimum(rows, self.padded - 1)
+    rows = tf.minimum(rows, self.padded - 1)
+    if interleaved:
+      # Through a seeded permutation of the D rows: still distinct and
+      # each kept with probability b / D, but no longer a lattice that
+      # can line up with the blocks (a stride of D / b that is a multiple
+      # of D / 1,024 would put every row in one block).
+      rows = tf.cast(
+        tf.random.experimental.index_shuffle(
+          tf.cast(rows, tf.int64), seeds[2], self.padded - 1
+        ),
+        tf.int32,
+      )
+    return signs, rows
 
   def _blocks(self, v):
     """The orthonormal Hadamard transform of every block (its own inverse)."""
     h = tf.constant(_hadamard(_SIDE))
+    if self.sketch == 'srht_interleaved':
+      # Index (i * 32 + j) * (D / 1,024) + k: block k, position (i, j).
+      x = tf.matmul(h, tf.reshape(v, [_SIDE, -1]))
+      x = tf.matmul(h, tf.reshape(x, [_SIDE, _SIDE, -1]))
+      return tf.reshape(x, [-1])
     x = tf.reshape(v, [-1, _SIDE, _SIDE])
     x = tf.einsum('ij,njk->nik', h, x)
     x = tf.einsum('nik,kl->nil', x, h)
@@ -260,7 +291,7 @@ class LinearCompressionFactory(
     inner: The DP (or plain) sum on b-dim records: an
       `UnweightedAggregationFactory` (e.g. `dp_fedavg.gaussian_fixed`,
       `ddgauss.ddgauss_mean`).
-    sketch: One of `SKETCHES`.
+    sketch: One of `SKETCHES` (default 'srht_interleaved').
     compression: d / b, a finite number >= 1 (b = ceil(d / compression));
       or give `rows`. Exactly one of the two.
     rows: b, an integer >= 1, at most D (checked at `create`).
@@ -284,7 +315,7 @@ class LinearCompressionFactory(
     self,
     inner: tff.aggregators.UnweightedAggregationFactory,
     *,
-    sketch: str = 'srht',
+    sketch: str = 'srht_interleaved',
     compression: Optional[float] = None,
     rows: Optional[int] = None,
     seed: int = 0,

@@ -350,7 +350,9 @@ _NOISELESS_BY_METHOD = {
   # Every row of the SRHT (b = D): S^T S = I, the mean itself.
   'linear_compression': (
     lambda noise: _linear(
-      0.0, linear_compression.padded_dim('srht', _num_params()), noise
+      0.0,
+      linear_compression.padded_dim('srht_interleaved', _num_params()),
+      noise,
     ),
     'mean',
   ),

@@ -61,19 +61,42 @@ def test_s_transpose_s_is_unbiased(sketch):
   assert err == pytest.approx(lc.error_factor(sketch, dim, rows), rel=0.1)
 
 
-def test_srht_rows_are_distinct_and_its_error_is_d_over_b_minus_1():
+SRHTS = ('srht', 'srht_interleaved')
+
+
+@pytest.mark.parametrize('sketch', SRHTS)
+def test_srht_rows_are_distinct_and_its_error_is_d_over_b_minus_1(sketch):
   # At D / b = 1.46 (where separate offsets per stratum kept rows twice):
   # no row twice, for any seed, and the decode's mean squared error over
   # 300 seeds is D/b - 1 within 3%.
   dim, rows = 1024, 700
-  s = lc._Sketch('srht', dim, rows)
+  s = lc._Sketch(sketch, dim, rows)
   for seed in range(50):
     _, kept = s._srht_parts(tf.constant([seed, 1], tf.int64))
     assert len(np.unique(kept.numpy())) == rows
   x = np.random.default_rng(4).standard_normal(dim).astype(np.float32)
-  draws = np.array([_sts('srht', dim, rows, x, seed) for seed in range(300)])
+  draws = np.array([_sts(sketch, dim, rows, x, seed) for seed in range(300)])
   err = np.mean(np.sum((draws - x) ** 2, axis=1)) / np.sum(x**2)
   assert err == pytest.approx(1024 / 700 - 1, rel=0.03)
+
+
+@pytest.mark.parametrize(
+  'sketch, share', [('srht', 1.0), ('srht_interleaved', 1 / 64)]
+)
+def test_where_the_decode_error_lands(sketch, share):
+  # A "layer" of 1,024 consecutive coordinates carries all of x, in D =
+  # 64 x 1,024; b = 64, so D / b = 1,024 is a multiple of the 64 blocks
+  # (systematic sampling's lattice unpermuted would put every row in one
+  # block). Consecutive blocks keep the whole decode error in that layer;
+  # interleaved, the layer's share of the error is its share of the
+  # coordinates, 1/64, as for the noise (within 15% over 20 seeds; 1.0
+  # for the unpermuted lattice).
+  dim, rows = 64 * 1024, 64
+  x = np.zeros(dim, np.float32)
+  x[:1024] = np.random.default_rng(2).standard_normal(1024)
+  err = np.array([_sts(sketch, dim, rows, x, seed) - x for seed in range(20)])
+  in_layer = np.sum(err[:, :1024] ** 2) / np.sum(err**2)
+  assert in_layer == pytest.approx(share, rel=0.15)
 
 
 def test_count_sketch_puts_unit_weight_on_every_coordinate():
@@ -88,10 +111,11 @@ def test_count_sketch_puts_unit_weight_on_every_coordinate():
   np.testing.assert_array_equal(diag, 1.0)
 
 
-def test_srht_rows_are_orthogonal():
+@pytest.mark.parametrize('sketch', SRHTS)
+def test_srht_rows_are_orthogonal(sketch):
   # S S^T = (D / b) I for the SRHT (distinct rows of an orthonormal
   # transform): ||S^T y|| = sqrt(D / b) ||y|| before the padding is cut.
-  s = lc._Sketch('srht', 2048, 100)
+  s = lc._Sketch(sketch, 2048, 100)
   seed = tf.constant([1, 2], tf.int64)
   y = np.random.default_rng(1).standard_normal(100).astype(np.float32)
   back = s.encode(s.decode(tf.constant(y), seed), seed).numpy()
@@ -140,7 +164,7 @@ def test_an_adversarial_client_moves_the_compressed_release_by_at_most_c():
   rng = np.random.default_rng(0)
   honest = (0.01 * rng.standard_normal(dim)).astype(np.float32)
   base = process.next(state, [honest]).measurements['released']
-  s = lc._Sketch('srht', dim, factory.rows(dim))
+  s = lc._Sketch('srht_interleaved', dim, factory.rows(dim))
   round_seed = tf.random.experimental.stateless_split(
     tf.constant(lc.initial_seed(3)), num=2
   )[0]
@@ -264,7 +288,7 @@ def test_measured_error_is_the_decode_error_of_the_clipped_mean():
   round_seed = tf.random.experimental.stateless_split(
     tf.constant(lc.initial_seed(1)), num=2
   )[0]
-  s = lc._Sketch('srht', DIM, factory.rows(DIM))
+  s = lc._Sketch('srht_interleaved', DIM, factory.rows(DIM))
   decoded = s.decode(
     s.encode(tf.constant(mu.astype(np.float32)), round_seed), round_seed
   )
@@ -285,8 +309,9 @@ def test_plan_arithmetic():
     norm_ratio=0.5,
   )
   assert share == pytest.approx(100 * 0.25 * 100 / (1001 * 4))
-  assert lc.padded_dim('srht', 1025) == 2048
-  assert lc.error_factor('srht', 1025, 1024) == pytest.approx(1.0)
+  for sketch in SRHTS:
+    assert lc.padded_dim(sketch, 1025) == 2048
+    assert lc.error_factor(sketch, 1025, 1024) == pytest.approx(1.0)
   assert lc.num_rows(1663370, 100) == 16634
 
 

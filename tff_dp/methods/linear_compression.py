@@ -55,9 +55,12 @@ class CompressionOptions(options.Options):
     check=_check_compression,
   )
   compression_sketch: str = options.option(
-    'srht',
-    "--compression's S: srht (subsampled randomized Hadamard by blocks of "
-    '1,024) or count_sketch (one hash row).',
+    'srht_interleaved',
+    "--compression's S: srht_interleaved (subsampled randomized Hadamard "
+    'on blocks of 1,024 that interleave the coordinates, so the decode '
+    'error spreads over every layer like the noise), srht (the same on '
+    'blocks of 1,024 consecutive coordinates: the error stays in the '
+    'layers that carry the update) or count_sketch (one hash row).',
     choices=lc.SKETCHES,
   )
   compression_norm_ratio: Optional[float] = options.option(
