@@ -21,7 +21,7 @@ the checks read them:
    flag applies to, must carry the flag in its command (an added flag: at
    the value runs had before it); otherwise its command would rerun
    today's default, not what produced the row. `DEFAULTS` is every runner
-   flag's default as of the last review (2026-12-03): a flag added or a
+   flag's default as of the last review (2026-12-05): a flag added or a
    default changed since fails the test until it is recorded there and,
    if rows ran otherwise before it, in `DEFAULT_CHANGES`, with their
    commands amended (their table's notes say when and why).
@@ -91,6 +91,9 @@ class DefaultChange:
   participations: Optional[tuple[str, ...]] = None
   # Rows ('table/row') dated on `date` that ran after `commit`.
   ran_after: tuple[str, ...] = ()
+  # (flag, value) pairs under which it does nothing: a row whose command
+  # gives (or defaults to) one of them needs no value.
+  inert_when: tuple[tuple[str, str], ...] = ()
 
 
 DEFAULT_CHANGES = (
@@ -134,6 +137,16 @@ DEFAULT_CHANGES = (
     '2026-12-03',
     participations=('cyclic_poisson', 'cyclic'),
   ),
+  # Blocks of consecutive coordinates before, interleaved since (issue
+  # #103); it does nothing without --compression.
+  DefaultChange(
+    'compression_sketch',
+    'srht',
+    'ea06239',
+    '2026-12-05',
+    added=False,
+    inert_when=(('compression', 'none'),),
+  ),
 )
 
 # Every runner flag's default at the last review of DEFAULT_CHANGES.
@@ -146,7 +159,7 @@ DEFAULTS = {
   'compression': 'none',
   'compression_norm_ratio': None,
   'compression_norm_source': 'assumed',
-  'compression_sketch': 'srht',
+  'compression_sketch': 'srht_interleaved',
   'compression_tolerance': 0.05,
   'batch_size': 10,
   'blt_buffers': 2,
@@ -384,9 +397,15 @@ def test_default_changes_agree_with_the_declared_legacy_values():
 
 
 def _applies(
-  change: DefaultChange, method: str, task: str, participation: str
+  change: DefaultChange,
+  method: str,
+  task: str,
+  participation: str,
+  given: dict[str, str],
 ) -> bool:
   if task in change.except_tasks:
+    return False
+  if any(str(given.get(f, DEFAULTS[f])) == v for f, v in change.inert_when):
     return False
   if (
     change.participations is not None
@@ -414,7 +433,7 @@ def test_rows_that_ran_before_a_default_changed_carry_the_old_value():
       method = given.get('method', DEFAULTS['method'])
       task = given.get('task', DEFAULTS['task'])
       participation = given.get('participation', DEFAULTS['participation'])
-      if not _applies(change, method, task, participation):
+      if not _applies(change, method, task, participation, given):
         continue
       value = given.get(change.flag)
       if value is None or (change.added and value != change.before):
