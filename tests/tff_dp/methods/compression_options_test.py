@@ -54,6 +54,60 @@ def test_bytes_are_the_inner_methods_at_b_plus_the_seed():
   ) == (4 * 166337 + 8)
 
 
+@pytest.mark.parametrize(
+  'sampling',
+  [
+    privacy.Sampling('poisson', 6000, rate=1 / 60),
+    privacy.Sampling('fixed', 6000, clients_per_round=100),
+    privacy.Sampling('cyclic_poisson', 6000, rate=0.5, groups=30),
+    privacy.Sampling('cyclic', 6000, rate=1.0, groups=30),
+  ],
+  ids=lambda s: s.mode,
+)
+def test_every_sampling_accounts_compression_as_the_uncompressed_run(
+  sampling,
+):
+  # The round event with compression is the method's own, for fixed and
+  # adaptive clipping: every sampling's run event, so its epsilon and its
+  # calibrated multiplier, are the uncompressed run's. Fixed-size
+  # sampling, accounted by dp_accounting directly: replacing one clipped
+  # client moves the sum by 2C, so its multiplier is z / 2.
+  rounds, delta, z = 60, 1e-5, 1.185
+  for name in ('dp_fedavg', 'dp_fedavg_adaptive'):
+    method = methods.METHODS[name]
+    plain = method.round_event(z, _params(name))
+    compressed = method.round_event(z, _params(name, compression='1000'))
+    assert compressed == plain
+    eps = (
+      sampling.rdp_accountant()
+      .compose(sampling.run_event(compressed, rounds))
+      .get_epsilon(delta)
+    )
+    assert eps == pytest.approx(
+      sampling.rdp_accountant()
+      .compose(sampling.run_event(plain, rounds))
+      .get_epsilon(delta),
+      rel=1e-12,
+    )
+  if sampling.mode == 'fixed':
+    direct = dp_accounting.SampledWithoutReplacementDpEvent(
+      6000, 100, dp_accounting.GaussianDpEvent(z / 2)
+    )
+    compressed = methods.METHODS['dp_fedavg'].round_event(
+      z, _params('dp_fedavg', compression='1000')
+    )
+    assert sampling.rdp_accountant().compose(
+      sampling.run_event(compressed, rounds)
+    ).get_epsilon(delta) == pytest.approx(
+      rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+      )
+      .compose(direct, rounds)
+      .get_epsilon(delta),
+      rel=1e-12,
+    )
+
+
 def test_ddgauss_event_is_planned_at_b():
   # DDGauss's event depends on the dimension: with compression it is the
   # event of a b-dim sum.
