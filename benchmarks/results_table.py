@@ -94,7 +94,7 @@ def render(
   lines = [f'# {title}', '']
   if notes:
     lines += [notes.strip(), '']
-  lines.append('| ' + ' | '.join(columns) + ' |')
+  lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in columns) + ' |')
   lines.append('|' + '---|' * len(columns))
   for r in rows.values():
     cells = []
