@@ -28,6 +28,7 @@ from tff_dp.job.experiment_config import ConfigError
 from tff_dp.job.experiment_config import EXECUTION_ONLY
 from tff_dp.job.experiment_config import ExperimentConfig
 from tff_dp.job.experiment_config import with_settings_added_since
+from tff_dp.methods import linear_compression
 from tff_dp.runtime import processes
 from tff_dp.job import events_file
 from tff_dp.job import metrics_log
@@ -274,6 +275,13 @@ def check_same_config(
   # config saved before one existed reads its legacy value).
   if old.get('participation') == 'independent' == new.get('participation'):
     for key in _CYCLIC_ONLY:
+      old.pop(key, None)
+      new.pop(key, None)
+  # Nor do the compression settings without --compression (a config
+  # saved before a default changed records the old one).
+  off = linear_compression.NONE
+  if old.get('compression', off) == off == new.get('compression', off):
+    for key in linear_compression.SETTINGS_WITH_COMPRESSION:
       old.pop(key, None)
       new.pop(key, None)
   # Where and how fast it runs does not change the results.

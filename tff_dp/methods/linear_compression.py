@@ -118,6 +118,14 @@ class CompressionOptions(options.Options):
       )
 
 
+# The settings that do nothing without --compression.
+SETTINGS_WITH_COMPRESSION = tuple(
+  f.name
+  for f in dataclasses.fields(CompressionOptions)
+  if f.name.startswith('compression_')
+)
+
+
 def active(p: registry.MethodParams) -> bool:
   """Whether `p` asks for compression (options without the field, e.g. a
   bare `Options()` built by hand, do not)."""

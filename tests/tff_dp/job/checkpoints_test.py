@@ -121,6 +121,29 @@ def test_a_cyclic_run_from_before_partitions_resumes_balanced(tmp_path):
   checkpoints.check_same_config(plain_dir, plain)
 
 
+def test_compression_settings_matter_only_with_compression(tmp_path):
+  # --compression_sketch's default changed (srht -> srht_interleaved): an
+  # uncompressed run saved with the old default resumes under the new
+  # one; a compressed run does not.
+  for compression, resumes in (('none', True), ('100', False)):
+    config = job_testing.config(
+      tmp_path, compression, rounds=1, compression=compression
+    )
+    assert config.options.compression_sketch == 'srht_interleaved'
+    out = pathlib.Path(config.output_dir)
+    out.mkdir(parents=True)
+    old = dict(config.to_dict(), compression_sketch='srht')
+    (out / 'config.json').write_text(json.dumps(old))
+    if resumes:
+      checkpoints.check_same_config(out, config)
+    else:
+      with pytest.raises(
+        training.ConfigError,
+        match=r"different flags \(--compression_sketch: 'srht' there",
+      ):
+        checkpoints.check_same_config(out, config)
+
+
 def test_checkpoint_save_leaves_no_reference_cycles(tmp_path):
   # TFF's checkpoint save leaves its SavedModel's objects, and the tensors
   # they hold, in reference cycles that only a full collection frees (5-12
