@@ -21,15 +21,16 @@ Three sketches (`SKETCHES`):
   * 'srht': the same with blocks of 1,024 consecutive coordinates. Its
     decode error stays in the blocks it comes from, so it lands on the
     layers that carry the update: in the Fashion-MNIST CNN the second
-    convolution holds 3% of the parameters and a third of ||mu||^2 late in
-    training, and there the error at 1,000x is 13x its uniform share of
-    the total. Interleaving spreads each layer over every block, and the
-    error over the coordinates like the noise. Its rows are systematic
+    convolution holds 3% of the parameters and 38% of ||mu||^2 after 500
+    SGD steps, and there the error at 1,000x is 16x its uniform share of
+    the total (benchmarks/results/compression_error_by_layer.md).
+    Interleaving spreads each layer over every block, and the error over
+    the coordinates like the noise. Its rows are systematic
     sampling's lattice, unpermuted.
   * 'count_sketch': one hash row, S[h(i), i] = s(i), h uniform on [0, b),
     s uniform on {-1, +1}. Encoding is a segment sum, decoding a gather.
 
-Both are unbiased (E[S^T S] = I) and put each decoded coordinate's noise at
+All three are unbiased (E[S^T S] = I) and put each decoded coordinate's noise at
 the inner noise's variance (diag(S^T S) = 1 exactly for the count sketch,
 in expectation for the SRHT), so the decoded noise energy on the mean is
 d z^2 C^2 / n^2, as uncompressed. What compression adds is the error of the

@@ -89,6 +89,29 @@ def test_every_sampling_accounts_compression_as_the_uncompressed_run(
       .get_epsilon(delta),
       rel=1e-12,
     )
+  compressed = methods.METHODS['dp_fedavg'].round_event(
+    z, _params('dp_fedavg', compression='1000')
+  )
+  ledger = (
+    sampling.rdp_accountant()
+    .compose(sampling.run_event(compressed, rounds))
+    .get_epsilon(delta)
+  )
+  # The cyclic modes, accounted by dp_accounting directly: a client is in
+  # rounds / groups = 2 of its group's rounds, Poisson-sampled at the rate
+  # ('cyclic_poisson') or at most that often, unamplified ('cyclic').
+  gaussian = dp_accounting.GaussianDpEvent(z)
+  if sampling.mode == 'cyclic_poisson':
+    assert ledger == pytest.approx(
+      rdp.RdpAccountant()
+      .compose(dp_accounting.PoissonSampledDpEvent(0.5, gaussian), 2)
+      .get_epsilon(delta),
+      rel=1e-12,
+    )
+  if sampling.mode == 'cyclic':
+    assert ledger == pytest.approx(
+      rdp.RdpAccountant().compose(gaussian, 2).get_epsilon(delta), rel=1e-12
+    )
   if sampling.mode == 'fixed':
     direct = dp_accounting.SampledWithoutReplacementDpEvent(
       6000, 100, dp_accounting.GaussianDpEvent(z / 2)
