@@ -16,8 +16,10 @@ keeps the earlier samples (a new `segment` starts: the worker restarted).
 
 import csv
 import dataclasses
+import datetime
 import json
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -72,6 +74,39 @@ def wall_per_round(samples: Sequence[Sample]) -> dict[int, float]:
     if cur.segment == prev.segment and cur.round == prev.round + 1:
       out[cur.round] = cur.elapsed_s - prev.elapsed_s
   return out
+
+
+# An absl log line's time and the round it ends: a round that is not
+# checkpointed logs 'Round k/N trained; ...', one that is logs 'Checkpoint
+# of round k written' once its checkpoint is on disk.
+_ROUND_END = re.compile(
+  r'^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*?\] '
+  r'(?:Round (\d+)/\d+ trained|Checkpoint of round (\d+) written)'
+)
+
+
+def round_ends(log_text: str) -> dict[int, float]:
+  """Seconds on the job's log clock (from its first such line) at which
+  each round ended, from the job's own log lines.
+
+  Rows reach metrics.csv `checkpoint_every` rounds at a time (released
+  with the checkpoint that covers them), so the time between rows says
+  nothing about one round; these lines are logged as each round ends.
+  Where a log holds several runs (a resume), a round's last line counts.
+  """
+  ends, first = {}, None
+  for line in log_text.splitlines():
+    match = _ROUND_END.match(line)
+    if not match:
+      continue
+    month, day, hour, minute = (int(g) for g in match.groups()[:4])
+    # The year is not logged; 2000 is a leap year, so 02-29 parses.
+    when = datetime.datetime(2000, month, day, hour, minute).timestamp()
+    when += float(match.group(5))
+    if first is None:
+      first = when
+    ends[int(match.group(6) or match.group(7))] = when - first
+  return ends
 
 
 def read_samples(run_dir: pathlib.Path) -> list[Sample]:

@@ -22,6 +22,15 @@ falls on all of them:
                 update summed back), with no aggregation of the updates,
                 no clipping and no noise; the floor under our round in the
                 runtime it runs in;
+  stock_user    the reference: stock TFF as a user writes it, the loop of
+                TFF's tutorials (`run_stock_user`): build_unweighted_fed_avg
+                + gaussian_fixed, DATASET_ITERATOR, 2 concurrent calls, a
+                fresh random cohort of 100 of 6,000 clients each round, each
+                client's dataset built in the loop from the arrays;
+  stock_user_fixed, stock_user_pipeline, stock_user_threads
+                stock_user with one thing changed: the same 100 clients
+                every round; our task loader's datasets; our runner's worker
+                settings;
   stock_default tff.learning.algorithms.build_unweighted_fed_avg +
                 DifferentiallyPrivateFactory.gaussian_fixed, TFF defaults;
   stock_tuned   the same with LoopImplementation.DATASET_ITERATOR and
@@ -31,12 +40,18 @@ falls on all of them:
                 much of our gain is the thread settings alone;
   ours_readme   what a user gets: `python -m tff_dp.run` with the job flags
                 given after `--` (`make bench-speed` passes `make run`'s:
-                Poisson cohorts of 100 expected clients, update
-                diagnostics, evaluation every 5 rounds, a checkpoint every
-                10), timed by the wall time between consecutive rows of
-                its metrics.csv over --rounds rounds after the first; its
-                mean includes the evaluations and checkpoints, and `s per
-                100 clients` normalises each round by its cohort;
+                Poisson cohorts of 100 expected clients, evaluation every
+                5 rounds, a checkpoint every 10), each of --rounds rounds
+                after the first timed from the end of the round before to
+                its own end, both read from the job's log lines:
+                evaluations and checkpoints count where they fall, and `s
+                per 100 clients` normalises each round by its cohort;
+  ours_readme_noeval, ours_readme_inline_eval, ours_readme_fixed,
+  ours_readme_rare_checkpoints
+                ours_readme with one thing changed (`README_VARIANTS`):
+                evaluated at the last round only; evaluation on the main
+                thread; a fixed-size cohort of 100; checkpointed at the
+                last round only;
   ours          `python -m tff_dp.run`'s process for --method (default
                 dp_fedavg), as `tff_dp.job.training.prepare` builds it, with
                 the stock rows' fixed 100 clients and no diagnostics;
@@ -227,6 +242,101 @@ def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
   def make_data(r):
     del r
     return [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
+
+  return _time_rounds(process, process.initialize(), make_data, rounds)
+
+
+# The user's loop (`stock_user`): TFF's tutorials' federation, built by
+# hand from the Fashion-MNIST arrays: 6,000 clients of 10 examples each.
+USER_CLIENTS = 6000
+
+
+def run_stock_user(
+  rounds: int,
+  *,
+  fixed_cohort: bool = False,
+  our_pipeline: bool = False,
+  our_threads: bool = False,
+) -> dict:
+  """`stock_user`: stock TFF as a user writes it, the reference (#104).
+
+  `build_unweighted_fed_avg` with `gaussian_fixed(1.185, 100, 1.0)`,
+  DATASET_ITERATOR, 2 concurrent calls, the CNN from Keras, a fresh random
+  cohort of 100 of the 6,000 clients each round, each client's dataset
+  built in the loop as `from_tensor_slices((x[idx], y[idx])).repeat(10)
+  .batch(10)` from the arrays. Each keyword changes one thing:
+  `fixed_cohort` the same 100 clients every round; `our_pipeline` our
+  task loader's datasets (`ArrayClientData`, `client_preprocess_fn`'s
+  shuffle buffer of 1,000, take(10)); `our_threads` our runner's worker
+  settings (3 concurrent calls, 1 intra-op and 4 inter-op threads).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tasks import fashion_mnist  # pylint: disable=g-import-not-at-top
+  from tasks import models  # pylint: disable=g-import-not-at-top
+
+  calls = 2
+  if our_threads:  # Read by the worker when it starts.
+    ours = training.ExperimentConfig
+    os.environ.update(
+      contexts.thread_env(ours.intra_op_threads, ours.inter_op_threads)
+    )
+    calls = ours.max_concurrent_computation_calls
+  tff.backends.native.set_sync_local_cpp_execution_context(
+    max_concurrent_computation_calls=calls
+  )
+  rng = np.random.default_rng(0)
+  if our_pipeline:
+    task = tasks.load_task('fashion_mnist_iid')
+    ids = task.train_data.client_ids
+
+    def client_data(c, r):
+      preprocess = tasks.client_preprocess_fn(
+        10, num_epochs=10, max_steps=10, seed=r
+      )
+      return preprocess(task.train_data.create_tf_dataset_for_client(ids[c]))
+
+  else:
+    x_train, y_train, _, _ = fashion_mnist.load_arrays()
+    x = (x_train[..., None] / 255.0).astype(np.float32)
+    y = y_train.astype(np.int32)
+    parts = np.array_split(rng.permutation(len(y)), USER_CLIENTS)
+
+    def client_data(c, r):
+      del r
+      idx = parts[c]
+      return (
+        tf.data.Dataset.from_tensor_slices((x[idx], y[idx]))
+        .repeat(10)
+        .batch(10)
+      )
+
+  input_spec = client_data(0, 0).element_spec
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+      models.create_cnn_mcmahan((28, 28, 1), 10, seed=0),
+      input_spec=input_spec,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    )
+
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+    model_fn,
+    client_optimizer_fn=_client_optimizer(),
+    model_aggregator=tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      NOISE, NUM_CLIENTS, CLIP
+    ),
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+  )
+  fixed = rng.choice(USER_CLIENTS, NUM_CLIENTS, replace=False)
+
+  def make_data(r):
+    cohort = (
+      fixed
+      if fixed_cohort
+      else rng.choice(USER_CLIENTS, NUM_CLIENTS, replace=False)
+    )
+    return [client_data(c, r) for c in cohort]
 
   return _time_rounds(process, process.initialize(), make_data, rounds)
 
@@ -445,6 +555,14 @@ def _worker(mode: str) -> dict:
     return run_stock(True, _ROUNDS.value)
   if mode == 'stock_threads':
     return run_stock(True, _ROUNDS.value, threads=True)
+  if mode == 'stock_user':
+    return run_stock_user(_ROUNDS.value)
+  if mode == 'stock_user_fixed':
+    return run_stock_user(_ROUNDS.value, fixed_cohort=True)
+  if mode == 'stock_user_pipeline':
+    return run_stock_user(_ROUNDS.value, our_pipeline=True)
+  if mode == 'stock_user_threads':
+    return run_stock_user(_ROUNDS.value, our_threads=True)
   if mode == 'ours':
     return run_ours(_METHOD.value, _ROUNDS.value, _CONCURRENCY.value)
   if mode == 'ours_fused':
@@ -469,14 +587,52 @@ def _worker(mode: str) -> dict:
   raise app.UsageError(f'Unknown mode {mode!r}')
 
 
+def _without(flags, name):
+  """`flags` less every `--name=...`."""
+  return [f for f in flags if not f.startswith(f'--{name}=')]
+
+
+# `ours_readme` and its variants, each changing one thing in the job's
+# flags (the last of a repeated flag wins).
+README_VARIANTS = {
+  'ours_readme': lambda flags: flags,
+  # Evaluated at the last round only.
+  'ours_readme_noeval': lambda flags: [*flags, '--eval_every=1000000'],
+  'ours_readme_inline_eval': lambda flags: [
+    *flags,
+    '--nobackground_evaluation',
+  ],
+  'ours_readme_fixed': lambda flags: [
+    *_without(flags, 'client_sampling_rate'),
+    f'--clients_per_round={NUM_CLIENTS}',
+  ],
+  # Checkpointed at the last round only.
+  'ours_readme_rare_checkpoints': lambda flags: [
+    *flags,
+    '--checkpoint_every=1000000',
+  ],
+}
+
+
 def run_readme(job_flags, rounds: int) -> dict:
-  """`python -m tff_dp.run <job_flags>` for rounds + 1 rounds, fresh."""
+  """`python -m tff_dp.run <job_flags>` for rounds + 1 rounds, fresh.
+
+  A round's seconds run from the end of the round before to its own end,
+  both read from the job's log lines (`job_watch.round_ends`): everything
+  the job did between them counts (evaluation, checkpoints, files).
+  """
   import shutil  # pylint: disable=g-import-not-at-top
 
   run_dir = 'runs/bench_speed_readme'
   shutil.rmtree(run_dir, ignore_errors=True)
   samples = job_watch.run_job(job_flags, rounds + 1, run_dir)
+  ends = job_watch.round_ends(open(f'{run_dir}/job.log').read())
+  missing = [r for r in range(1, rounds + 2) if r not in ends]
+  if missing:
+    raise RuntimeError(f'No end logged for rounds {missing} in {run_dir}.')
   timed = [s for s in samples if s.round > 1]
+  # Rows arrive a checkpoint at a time: the CPU used between two rows
+  # that arrived apart, over the wall time between them.
   wall = job_watch.wall_per_round(samples)
   cpu = {}
   for prev, cur in zip(samples, samples[1:]):
@@ -486,16 +642,14 @@ def run_readme(job_flags, rounds: int) -> dict:
       prev.python_cpu_s,
       prev.worker_cpu_s,
     )
-    if cur.round in wall and None not in readings:
+    if wall.get(cur.round) and None not in readings:
       cpu[cur.round] = (cur.python_cpu_s + cur.worker_cpu_s) - (
         prev.python_cpu_s + prev.worker_cpu_s
       )
   return {
-    # Rounds whose CPU could not be read (the job had ended) are left out.
-    'cpu_seconds': [cpu[s.round] for s in timed if s.round in cpu],
-    'cpu_wall_seconds': [wall[s.round] for s in timed if s.round in cpu],
-    # Wall time from one row to the next: checkpoints and files included.
-    'seconds': [wall[s.round] for s in timed],
+    'cpu_seconds': list(cpu.values()),
+    'cpu_wall_seconds': [wall[r] for r in cpu],
+    'seconds': [ends[s.round] - ends[s.round - 1] for s in timed],
     'round_seconds': [s.round_seconds for s in timed],
     'train_seconds': [s.train_seconds for s in timed],
     'eval_seconds': [s.eval_seconds or 0.0 for s in timed],
@@ -530,12 +684,14 @@ def _momentum(job_flags) -> float:
 def _run_config(config: str, job_flags) -> dict:
   """One block of `config`: a fresh process, one warm-up round, then
   --rounds timed rounds."""
-  if config == 'ours_readme':
+  if config in README_VARIANTS:
     if not job_flags:
-      raise app.UsageError('ours_readme needs the job flags after --.')
-    # make run's process: the timings are read from the released
-    # non-private metrics, without the update diagnostics it does not build.
-    return run_readme([*job_flags, '--noupdate_diagnostics'], _ROUNDS.value)
+      raise app.UsageError(f'{config} needs the job flags after --.')
+    # make run's process: the timings are read from its log and its
+    # released non-private metrics, without the update diagnostics that
+    # releasing them would add (make run releases none).
+    flags = README_VARIANTS[config](job_flags)
+    return run_readme([*flags, '--noupdate_diagnostics'], _ROUNDS.value)
   cmd = [
     sys.executable,
     '-m',
@@ -580,9 +736,24 @@ def main(argv):
     )
 
 
+_LABELS = {
+  'ours_readme': 'ours_readme (tff_dp.run, the job flags after --)',
+  'ours_readme_noeval': 'ours_readme, evaluated at the last round only',
+  'ours_readme_inline_eval': 'ours_readme, evaluation on the main thread',
+  'ours_readme_fixed': 'ours_readme, a fixed-size cohort of 100',
+  'ours_readme_rare_checkpoints': (
+    'ours_readme, checkpointed at the last round only'
+  ),
+  'stock_user': "stock_user: TFF's tutorials' loop (the reference)",
+  'stock_user_fixed': 'stock_user, the same 100 clients every round',
+  'stock_user_pipeline': "stock_user on our task loader's datasets",
+  'stock_user_threads': "stock_user on our runner's worker settings",
+}
+
+
 def _label(name: str) -> str:
-  if name == 'ours_readme':
-    return 'ours_readme (tff_dp.run, the job flags after --)'
+  if name in _LABELS:
+    return _LABELS[name]
   if name.startswith(('ours', 'workers')):
     return f'{name} ({_METHOD.value})'
   return name
@@ -607,9 +778,11 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
 
   rows = {}
   for name, s in stats.items():
+    by_cycle = speed_stats.cycle_ratios(stats, 'stock_user', name)
     rows[name] = {
       'configuration': _label(name),
       'median s per 100 clients': round(s['median'], 2),
+      'mean s per 100 clients': round(s['mean'], 2),
       'cycle medians min-max': f'{s["min"]:.2f}-{s["max"]:.2f}',
       'cycle medians': ', '.join(f'{m:.2f}' for m in s['cycle_medians']),
       'rounds timed': s['rounds'],
@@ -618,6 +791,8 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       'x floor_2x1': ratio(name, 'floor_2x1'),
       'x floor_local': ratio(name, 'floor_local'),
       'stock_tuned / this': ratio('stock_tuned', name),
+      'stock_user / this': ratio('stock_user', name),
+      'stock_user / this by cycle': ', '.join(f'{r:.2f}' for r in by_cycle),
       'seed': 0,
       'date': results_table.today(),
       'bench wall s': round(wall, 1),
@@ -646,9 +821,12 @@ def _write_table(stats, blocks, job_flags, wall) -> None:
       f'block is one warm-up round and {_ROUNDS.value} timed rounds. The '
       'median is over every timed round of every cycle; min-max is the '
       "spread of the cycles' medians. Seconds are normalised per 100 "
-      'clients (`ours_readme` has Poisson cohorts; its rounds include its '
-      'checkpoints, and its evaluations where they run on the main '
-      'thread). The stock, `ours*` and `floor_local` rounds include '
+      'clients (`ours_readme` has Poisson cohorts; each of its rounds '
+      "runs from the end of the round before to its own in the job's "
+      'log, with the checkpoints and evaluations that fall in it, and an '
+      "evaluation process's work slows the rounds it overlaps; the mean "
+      'counts every round). The stock, `ours*` and `floor_local` rounds '
+      'include '
       "building the cohort's datasets; `ours_readme` builds them a round "
       "ahead on a thread; the floors' plain TF loops build theirs before "
       "the clock starts. `floor_2x1` is the same cohort's "

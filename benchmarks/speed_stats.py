@@ -29,6 +29,8 @@ def summarize(blocks: dict[str, list[dict]]) -> dict[str, dict]:
     wall = sum(sum(r.get('cpu_wall_seconds', r['seconds'])) for r in results)
     out[name] = {
       'median': statistics.median(rounds),
+      # Every round's time counts: a round slowed by an evaluation too.
+      'mean': statistics.fmean(rounds),
       'min': min(cycle_medians),
       'max': max(cycle_medians),
       'cycle_medians': cycle_medians,
@@ -37,6 +39,19 @@ def summarize(blocks: dict[str, list[dict]]) -> dict[str, dict]:
       'peak_rss': max((r.get('peak_rss') or 0) for r in results) or None,
     }
   return out
+
+
+def cycle_ratios(stats: dict[str, dict], reference: str, name: str):
+  """`reference`'s cycle median over `name`'s, cycle by cycle (each pair
+  alternated, so the machine's drift cancels); [] without either."""
+  if reference not in stats or name not in stats:
+    return []
+  return [
+    r / c
+    for r, c in zip(
+      stats[reference]['cycle_medians'], stats[name]['cycle_medians']
+    )
+  ]
 
 
 # How much faster than the floor, in its own cycle, a configuration may
@@ -107,5 +122,6 @@ def job_phases(results: list[dict]) -> str:
     f'{mean_eval:.2f} s of evaluation a round on average ({where}, every '
     f"--eval_every rounds), {med['rest']:.2f} s of the rest of the main "
     "thread's round (cohort wait, ledger, hand-off), "
-    f"{med['wall']:.2f} s from one row to the next. "
+    f"{med['wall']:.2f} s from the end of one round to the next's (its "
+    'log lines). '
   )

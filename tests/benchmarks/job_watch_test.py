@@ -1,4 +1,5 @@
-"""Tests of the memory benchmark's slope fit."""
+"""Tests of the job watcher: the memory benchmark's slope fit, the round ends
+read from the job's log."""
 
 import math
 
@@ -52,3 +53,24 @@ def test_samples_without_a_reading_are_left_out():
   )
   slope, error = job_watch.slope_mb_per_round(samples[:1], 'worker_rss_mb')
   assert math.isnan(slope) and math.isnan(error)
+
+
+def test_round_ends_read_from_the_jobs_log_lines():
+  trained = '] Round {}/3 trained; released with the checkpoint of round 3.'
+  written = '] Checkpoint of round {} written'
+  log = '\n'.join(
+    [
+      'I1205 23:59:58.500000 1 training.py:1] Starting.',
+      'I1205 23:59:59.000000 1 round_finishing.py:216' + trained.format(1),
+      'I1206 00:00:01.250000 1 round_finishing.py:235' + written.format(2),
+      'I1206 00:00:02.000000 1 metrics_log.py:1] Round 2/3: 80.1% accuracy',
+      'I1206 00:00:04.000000 1 round_finishing.py:235'
+      + written.format(3)
+      + ' in 0.5 s',
+      # A resumed run: its later line for round 2 wins.
+      'I1206 00:00:09.000000 1 round_finishing.py:216' + trained.format(2),
+    ]
+  )
+  # Across midnight.
+  assert job_watch.round_ends(log) == pytest.approx({1: 0.0, 2: 10.0, 3: 5.0})
+  assert job_watch.round_ends('no round ended\n') == {}

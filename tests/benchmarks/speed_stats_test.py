@@ -31,6 +31,21 @@ def test_summarize_pools_cycles_and_normalises_per_100_clients():
   readme = stats['ours_readme']
   assert readme['median'] == 12.0
   assert (readme['min'], readme['max']) == (12.0, 14.0)
+  # The mean keeps the slow round the median passes over.
+  assert readme['mean'] == pytest.approx((12.0 + 12.0 + 14.0) / 3)
+
+
+def test_cycle_ratios_pair_each_cycle_with_its_own_reference():
+  stats = {
+    'stock_user': {'cycle_medians': [20.0, 10.0, 15.0]},
+    'ours_readme': {'cycle_medians': [16.0, 8.0, 10.0]},
+  }
+  assert speed_stats.cycle_ratios(stats, 'stock_user', 'ours_readme') == [
+    1.25,
+    1.25,
+    1.5,
+  ]
+  assert speed_stats.cycle_ratios(stats, 'stock_tuned', 'ours_readme') == []
 
 
 def test_floor_violation_pairs_each_cycle_with_its_own_floor():
@@ -80,7 +95,7 @@ def test_job_phases_splits_the_jobs_rounds_per_100_clients():
   assert '5.50 s in `process.next`' in text
   assert '1.00 s of evaluation a round on average' in text
   assert '0.75 s of the rest' in text
-  assert '8.00 s from one row to the next' in text
+  assert '8.00 s from the end of one round to the next' in text
   assert 'on the main thread, every' in text
   assert speed_stats.job_phases([]) == ''
 
