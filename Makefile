@@ -112,7 +112,7 @@ bench-memory: $(STAMP) $(JEMALLOC_STAMP)
 # tuned) and the 2-core floor, in one run: benchmarks/results/round_speed.md.
 bench-speed: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.round_speed --rounds=10 --cycles=3 \
-	  --configs=arith_limit,floor_2x1,floor_local,stock_default,stock_tuned,ours,ours_readme \
+	  --configs=arith_limit,floor_2x1,floor_local,stock_user,stock_tuned,ours,ours_readme \
 	  --output=benchmarks/results/round_speed.md -- $(RUN_FLAGS)
 
 # Seconds per round in-process vs over 1 and 2 local TFF worker_binary
