@@ -101,6 +101,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
@@ -148,6 +149,9 @@ _MOMENTUM = flags.DEFINE_float(
   None,
   "Every configuration's client momentum (default: the job's "
   '--client_momentum after --, else 0), so all train alike.',
+)
+_LOCAL_STEPS = flags.DEFINE_integer(
+  'local_steps', 10, "floor_local_knobs' local steps a client."
 )
 _CYCLES = flags.DEFINE_integer(
   'cycles', 1, 'Times each configuration runs, alternated (mode=all).'
@@ -209,22 +213,32 @@ def _fashion_clients(seed):
   return task, ids
 
 
-def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
-  task, ids = _fashion_clients(0)
+def _set_stock_context(our_threads: bool, calls: Optional[int] = 2) -> None:
+  """Stock TFF's local C++ context, with `calls` concurrent computations
+  (None: TFF's default), or with our runner's worker settings (its
+  concurrent calls, intra-op and inter-op threads) where `our_threads`."""
   ours = training.ExperimentConfig
-  if threads:  # Our runner's worker settings, read by the worker at start.
+  if our_threads:  # Read by the worker when it starts.
     os.environ.update(
       contexts.thread_env(ours.intra_op_threads, ours.inter_op_threads)
     )
-  if tuned:
+    if calls is not None:
+      calls = ours.max_concurrent_computation_calls
+  if calls is None:
+    tff.backends.native.set_sync_local_cpp_execution_context()
+  else:
     tff.backends.native.set_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=(
-        ours.max_concurrent_computation_calls if threads else 2
-      )
+      max_concurrent_computation_calls=calls
     )
+
+
+def run_stock(tuned: bool, rounds: int, threads: bool = False) -> dict:
+  task, ids = _fashion_clients(0)
+  if tuned:
+    _set_stock_context(our_threads=threads)
     loop = tff.learning.LoopImplementation.DATASET_ITERATOR
   else:
-    tff.backends.native.set_sync_local_cpp_execution_context()
+    _set_stock_context(our_threads=threads, calls=None)
     loop = tff.learning.LoopImplementation.DATASET_REDUCE
   process = tff.learning.algorithms.build_unweighted_fed_avg(
     task.model_fn,
@@ -274,16 +288,7 @@ def run_stock_user(
   from tasks import fashion_mnist  # pylint: disable=g-import-not-at-top
   from tasks import models  # pylint: disable=g-import-not-at-top
 
-  calls = 2
-  if our_threads:  # Read by the worker when it starts.
-    ours = training.ExperimentConfig
-    os.environ.update(
-      contexts.thread_env(ours.intra_op_threads, ours.inter_op_threads)
-    )
-    calls = ours.max_concurrent_computation_calls
-  tff.backends.native.set_sync_local_cpp_execution_context(
-    max_concurrent_computation_calls=calls
-  )
+  _set_stock_context(our_threads=our_threads)
   rng = np.random.default_rng(0)
   if our_pipeline:
     task = tasks.load_task('fashion_mnist_iid')
@@ -404,18 +409,22 @@ def run_ours(
   return out
 
 
-def run_local_floor(rounds: int) -> dict:
+def run_local_floor(
+  rounds: int, local_steps: int = 10, calls: Optional[int] = None
+) -> dict:
   """`floor_local`: TFF's client work over the cohort, nothing aggregated.
 
   The same worker, thread settings, client model (zero initializers) and
   loop (DATASET_ITERATOR) as `ours`; the clients' updates stay on the
   worker (one scalar of each is summed back), so what remains is the
   round's local training and the cohort's datasets sent to the worker.
+  `local_steps` (batches of 10 a client) and `calls` (concurrent client
+  computations; None: the runner's) are `benchmarks.round_anatomy`'s knobs.
   """
   task, ids = _fashion_clients(0)
   ours = training.ExperimentConfig
   contexts.set_simulation_context(
-    ours.max_concurrent_computation_calls,
+    calls or ours.max_concurrent_computation_calls,
     intra_op_threads=ours.intra_op_threads,
     inter_op_threads=ours.inter_op_threads,
   )
@@ -454,7 +463,7 @@ def run_local_floor(rounds: int) -> dict:
 
   def make_data(r):
     preprocess = tasks.client_preprocess_fn(
-      10, num_epochs=10, max_steps=10, seed=r
+      10, num_epochs=10, max_steps=local_steps, seed=r
     )
     return [preprocess(cd.create_tf_dataset_for_client(c)) for c in ids]
 
@@ -545,6 +554,10 @@ def _worker(mode: str) -> dict:
     return run_plain(2, 1, _ROUNDS.value)
   if mode == 'floor_local':
     return run_local_floor(_ROUNDS.value)
+  if mode == 'floor_local_knobs':  # benchmarks.round_anatomy's runs.
+    return run_local_floor(
+      _ROUNDS.value, _LOCAL_STEPS.value, calls=_CONCURRENCY.value
+    )
   if mode == 'plain_1x2':
     return run_plain(1, 2, _ROUNDS.value)
   if mode == 'arith_limit':

@@ -1,0 +1,397 @@
+r"""Where the seconds of TFF's client work go: per step, per client, per op.
+
+`benchmarks.round_speed`'s `floor_local` (TFF's client work over the
+benchmark's 100 clients, nothing aggregated) is the floor under the
+README's job. This benchmark splits it:
+
+1. **Per step and per client** (`--part=clients`): `floor_local` rounds at
+   1 and 10 local steps a client, each in a fresh process, on the runner's
+   worker settings (3 concurrent client computations) and on one
+   computation at a time; the CPU seconds of a round (the process and its
+   TFF worker) fitted as `clients x (fixed + steps x per_step)`. The two
+   concurrency settings together show how much two cores slow each other's
+   steps (memory bandwidth: the dense layer and the momentum update stream
+   the 6.4 MB weight matrix several times a step).
+2. **Per op** (`--part=ops`): one client step as TFF's model-delta client
+   work runs it (`forward_pass`, the gradient, TFF's SGD with momentum
+   0.5, the weights assigned), traced by TF's profiler in this process on
+   one thread, 50 steps; each op's time grouped by layer and pass.
+   This is the `tensorflow` wheel, not TFF's worker build (whose steps
+   `benchmarks/plain_tf_loop.py` measured at about 0.8x the wheel's CPU):
+   read it for the shares.
+3. **Precision** (`--part=precision`): the same Keras step in float32 and
+   in Keras's `mixed_bfloat16` policy, alternated, CPU ms a step: the size
+   of the one lever left inside a step (the job trains in float32).
+
+  python -m benchmarks.round_anatomy --rounds=3 \
+    --output=benchmarks/results/round_anatomy.md
+
+Run it on an otherwise idle machine: the CPU seconds of a step grow when
+another process shares the memory bandwidth.
+"""
+
+import collections
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Iterable, Mapping
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+# TF, TFF and Keras at module level: Keras models built after a lazy TF
+# import inside absl's app.run fail to trace (as `round_speed` notes).
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_federated as tff  # noqa: E402
+
+from benchmarks import results_table  # noqa: E402
+from tasks import models  # noqa: E402
+
+_PART = flags.DEFINE_enum(
+  'part', 'all', ['all', 'clients', 'ops', 'precision'], 'What to measure.'
+)
+_ROUNDS = flags.DEFINE_integer(
+  'rounds', 3, 'Timed rounds of each floor_local run (after a warm-up).'
+)
+_STEPS = flags.DEFINE_integer('steps', 50, 'Traced or timed client steps.')
+_OUTPUT = flags.DEFINE_string(
+  'output', 'benchmarks/results/round_anatomy.md', 'Results markdown file.'
+)
+
+CLIENTS = 100
+MOMENTUM = 0.5
+# (local steps, concurrent calls): the runner's 3, and one at a time.
+CLIENT_RUNS = ((1, 3), (10, 3), (1, 1), (10, 1))
+
+
+def fit_client_costs(cpu_1: float, cpu_10: float, clients: int = CLIENTS):
+  """`(per_step, fixed)` CPU seconds from rounds at 1 and 10 local steps.
+
+  A round's CPU is `clients x (fixed + steps x per_step)`: nine more steps
+  a client cost `9 x clients x per_step`.
+
+  Raises:
+    ValueError: If the 10-step round took no more CPU than the 1-step one.
+  """
+  if cpu_10 <= cpu_1:
+    raise ValueError(
+      f'cpu_10 ({cpu_10}) must exceed cpu_1 ({cpu_1}): more steps, more work.'
+    )
+  per_step = (cpu_10 - cpu_1) / (9 * clients)
+  return per_step, cpu_1 / clients - per_step
+
+
+def is_op_event(name: str) -> bool:
+  """Whether a traced event is one op's kernel (`'op/name:OpType'`), not
+  the executor's own (`'ExecutorState::Process'`)."""
+  return ':' in name and '::' not in name
+
+
+def op_group(name: str) -> tuple[str, str]:
+  """`(layer, pass)` of a traced op event named `'op/name:OpType'`.
+
+  Passes: `backward` (ops under `gradients/` or `gradient_tape/`),
+  `update` (the optimizer's arithmetic and the weights' assignment: the
+  step function's top-level ops, or under Keras's `SGD/`) and `forward`
+  (inside the model's call: the layers, the loss and the metrics). Layers
+  are the Keras layer names (`conv2d`, `conv2d_1`, `dense`, ...), `loss
+  and metrics`, or `optimizer` for the update.
+  """
+  op_name = name.rsplit(':', 1)[0]
+  parts = op_name.split('/')
+  if any(p in ('gradients', 'gradient_tape') for p in parts):
+    stage = 'backward'
+  elif len(parts) == 1 or parts[0] == 'SGD':
+    stage = 'update'
+  else:
+    stage = 'forward'
+  for p in parts:
+    if p.startswith(('conv2d', 'dense', 'max_pooling2d', 'flatten')):
+      return p, stage
+  return ('optimizer' if stage == 'update' else 'loss and metrics'), stage
+
+
+def group_op_times(
+  events: Iterable[tuple[str, float]], steps: int
+) -> dict[str, float]:
+  """Milliseconds a step per `'layer pass'`, from `(op event, ms)` pairs."""
+  total = collections.Counter()
+  for name, ms in events:
+    layer, stage = op_group(name)
+    total[f'{layer} {stage}'] += ms / steps
+  return dict(total)
+
+
+def _client_run(steps: int, calls: int, rounds: int) -> dict:
+  cmd = [
+    sys.executable,
+    '-m',
+    'benchmarks.round_speed',
+    '--mode=floor_local_knobs',
+    f'--local_steps={steps}',
+    f'--concurrency={calls}',
+    f'--client_momentum={MOMENTUM}',
+    f'--rounds={rounds}',
+  ]
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
+  if done.returncode != 0 or not line:
+    raise RuntimeError(
+      f'floor_local at {steps} steps, {calls} calls failed:\n'
+      f'{done.stderr[-3000:]}'
+    )
+  result = json.loads(line[-1][len('RESULT ') :])
+  return {
+    'steps': steps,
+    'calls': calls,
+    'wall_s': statistics.median(result['seconds']),
+    'cpu_s': statistics.median(result['cpu_seconds']),
+  }
+
+
+def measure_clients(rounds: int) -> dict:
+  """The `floor_local` runs and the per-step / per-client fit per calls."""
+  runs = [_client_run(s, c, rounds) for s, c in CLIENT_RUNS]
+  fits = {}
+  for calls in sorted({c for _, c in CLIENT_RUNS}):
+    by_steps = {r['steps']: r for r in runs if r['calls'] == calls}
+    per_step, fixed = fit_client_costs(
+      by_steps[1]['cpu_s'], by_steps[10]['cpu_s']
+    )
+    fits[str(calls)] = {
+      'per_step_ms': per_step * 1e3,
+      'fixed_per_client_ms': fixed * 1e3,
+      'steps_share': 1000 * per_step / by_steps[10]['cpu_s'],
+      'cores': by_steps[10]['cpu_s'] / by_steps[10]['wall_s'],
+    }
+  return {'runs': runs, 'fits': fits}
+
+
+def _tff_client_step(momentum: float = MOMENTUM):
+  """One step of TFF's model-delta client work, as a `tf.function`."""
+
+  rng = np.random.default_rng(0)
+  batch = (
+    tf.constant(rng.random((10, 28, 28, 1), np.float32)),
+    tf.constant(rng.integers(0, 10, 10, dtype=np.int32)),
+  )
+  spec = tf.nest.map_structure(
+    lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), batch
+  )
+  model = tff.learning.models.from_keras_model(
+    models.create_cnn_mcmahan((28, 28, 1), 10, seed=0),
+    input_spec=spec,
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+  )
+  trainable = tuple(model.trainable_variables)
+  optimizer = tff.learning.optimizers.build_sgdm(0.05, momentum=momentum)
+  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  state = optimizer.initialize(specs)
+
+  @tf.function
+  def step(state):
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch, training=True)
+    grads = tape.gradient(output.loss, trainable)
+    state, updated = optimizer.next(state, trainable, grads)
+    for v, u in zip(trainable, updated):
+      v.assign(u)
+    return state
+
+  return step, state
+
+
+def measure_ops(steps: int) -> dict:
+  """One TFF client step's op times (ms a step), traced on one thread."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  step, state = _tff_client_step()
+  for _ in range(20):  # Trace and warm up.
+    state = step(state)
+  c0, t0 = time.process_time(), time.perf_counter()
+  for _ in range(steps):
+    state = step(state)
+  cpu_ms = (time.process_time() - c0) / steps * 1e3
+  wall_ms = (time.perf_counter() - t0) / steps * 1e3
+  with tempfile.TemporaryDirectory() as logdir:
+    tf.profiler.experimental.start(logdir)
+    for _ in range(steps):
+      state = step(state)
+    tf.profiler.experimental.stop()
+    (path,) = glob.glob(f'{logdir}/**/*.xplane.pb', recursive=True)
+    space = xplane_pb2.XSpace()
+    with open(path, 'rb') as f:
+      space.ParseFromString(f.read())
+  events = []
+  for plane in space.planes:
+    for line in plane.lines:
+      if not line.name.startswith('tf_Compute'):
+        continue
+      for event in line.events:
+        name = plane.event_metadata[event.metadata_id].name
+        if is_op_event(name):
+          events.append((name, event.duration_ps / 1e9))
+  groups = group_op_times(events, steps)
+  return {
+    'cpu_ms': cpu_ms,
+    'wall_ms': wall_ms,
+    'ops_ms': sum(groups.values()),
+    'groups': dict(sorted(groups.items(), key=lambda kv: -kv[1])),
+  }
+
+
+def measure_precision(steps: int, cycles: int = 3) -> dict:
+  """CPU ms a Keras step in float32 and in mixed_bfloat16, alternated."""
+
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.random((10, 28, 28, 1), np.float32))
+  y = tf.constant(rng.integers(0, 10, 10))
+  loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+  def make(policy):
+    tf.keras.mixed_precision.set_global_policy(policy)
+    model = models.create_cnn_mcmahan(seed=0)
+    optimizer = tf.keras.optimizers.SGD(0.05, momentum=MOMENTUM)
+
+    @tf.function
+    def step():
+      with tf.GradientTape() as tape:
+        value = loss(y, tf.cast(model(x), tf.float32))
+      grads = tape.gradient(value, model.trainable_variables)
+      optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for _ in range(10):
+      step()
+    return step
+
+  policies = ('float32', 'mixed_bfloat16')
+  steps_fns = {p: make(p) for p in policies}
+  tf.keras.mixed_precision.set_global_policy('float32')
+  cpu = {p: [] for p in policies}
+  for _ in range(cycles):
+    for p in policies:
+      c0 = time.process_time()
+      for _ in range(steps):
+        steps_fns[p]()
+      cpu[p].append((time.process_time() - c0) / steps * 1e3)
+  return {p: statistics.median(v) for p, v in cpu.items()} | {
+    'cycles': {p: v for p, v in cpu.items()}
+  }
+
+
+def render(result: Mapping, command: str, machine: str, date: str) -> str:
+  """The results markdown of one run."""
+  lines = [
+    "# Where TFF's client work spends a round",
+    '',
+    f'`{command}`, {date}, {machine}. Seed 0; the McMahan CNN '
+    '(1,663,370 parameters) on Fashion-MNIST, batch 10, client SGD at lr '
+    f'0.05 with momentum {MOMENTUM}, as `round_speed`. Regenerated whole '
+    'by each run.',
+  ]
+  clients = result.get('clients')
+  if clients:
+    lines += [
+      '',
+      '## Per step and per client (`floor_local`, 100 clients)',
+      '',
+      "Median of each run's timed rounds; CPU is the process and its TFF "
+      "worker. Fit: a round's CPU = 100 x (fixed + steps x per step).",
+      '',
+      '| local steps | concurrent calls | s a round (wall) | CPU s a round '
+      '| cores busy |',
+      '|---|---|---|---|---|',
+    ]
+    for r in clients['runs']:
+      lines.append(
+        f"| {r['steps']} | {r['calls']} | {r['wall_s']:.2f} | "
+        f"{r['cpu_s']:.2f} | {r['cpu_s'] / r['wall_s']:.2f} |"
+      )
+    lines += [
+      '',
+      '| concurrent calls | CPU ms a step | fixed CPU ms a client | '
+      "steps' share of a 10-step round's CPU | cores busy at 10 steps |",
+      '|---|---|---|---|---|',
+    ]
+    for calls, f in clients['fits'].items():
+      lines.append(
+        f"| {calls} | {f['per_step_ms']:.2f} | "
+        f"{f['fixed_per_client_ms']:.1f} | {f['steps_share']:.0%} | "
+        f"{f['cores']:.2f} |"
+      )
+  ops = result.get('ops')
+  if ops:
+    lines += [
+      '',
+      '## Per op (one TFF client step, the `tensorflow` wheel, 1 thread)',
+      '',
+      f"A step took {ops['cpu_ms']:.2f} ms CPU ({ops['wall_ms']:.2f} ms "
+      f"wall) untraced; traced (the tracer adds its own cost), its op "
+      f"kernels summed to {ops['ops_ms']:.2f} ms. Read the shares.",
+      '',
+      '| layer and pass | ms a step | share of the ops |',
+      '|---|---|---|',
+    ]
+    for group, ms in ops['groups'].items():
+      lines.append(f'| {group} | {ms:.3f} | {ms / ops["ops_ms"]:.1%} |')
+  precision = result.get('precision')
+  if precision:
+    f32, bf16 = precision['float32'], precision['mixed_bfloat16']
+    lines += [
+      '',
+      '## Precision (a Keras step, 1 thread, 3 alternated cycles)',
+      '',
+      '| policy | CPU ms a step (median of cycles) | cycles |',
+      '|---|---|---|',
+    ]
+    for p in ('float32', 'mixed_bfloat16'):
+      cycles = ', '.join(f'{v:.2f}' for v in precision['cycles'][p])
+      lines.append(f'| {p} | {precision[p]:.2f} | {cycles} |')
+    lines += ['', f'float32 / mixed_bfloat16: {f32 / bf16:.2f}.']
+  return '\n'.join(lines) + '\n'
+
+
+def main(argv):
+  del argv
+  start = time.perf_counter()
+  part = _PART.value
+  result = {}
+  if part in ('all', 'clients'):
+    result['clients'] = measure_clients(_ROUNDS.value)
+  if part in ('all', 'ops'):
+    result['ops'] = measure_ops(_STEPS.value)
+  if part in ('all', 'precision'):
+    result['precision'] = measure_precision(_STEPS.value * 4)
+  result['wall_s'] = time.perf_counter() - start
+  command = results_table.command_line()
+  markdown = render(
+    result, command, results_table.machine(), results_table.today()
+  )
+  markdown += f'\nThe run took {result["wall_s"]:.0f} s.\n'
+  with open(_OUTPUT.value, 'w') as f:
+    f.write(markdown)
+  json_path = os.path.splitext(_OUTPUT.value)[0] + '.json'
+  with open(json_path, 'w') as f:
+    json.dump(
+      result | {'command': command, 'date': results_table.today()},
+      f,
+      indent=2,
+    )
+  print(markdown)
+
+
+if __name__ == '__main__':
+  app.run(main)
