@@ -89,6 +89,10 @@ def fit_client_costs(cpu_1: float, cpu_10: float, clients: int = CLIENTS):
   return per_step, cpu_1 / clients - per_step
 
 
+# Keras's default layer names and the ones `tasks.models` gives.
+_LAYER_PREFIXES = ('conv', 'dense', 'max_pooling', 'pool', 'flatten')
+
+
 def is_op_event(name: str) -> bool:
   """Whether a traced event is one op's kernel (`'op/name:OpType'`), not
   the executor's own (`'ExecutorState::Process'`)."""
@@ -102,7 +106,7 @@ def op_group(name: str) -> tuple[str, str]:
   `update` (the optimizer's arithmetic and the weights' assignment: the
   step function's top-level ops, or under Keras's `SGD/`) and `forward`
   (inside the model's call: the layers, the loss and the metrics). Layers
-  are the Keras layer names (`conv2d`, `conv2d_1`, `dense`, ...), `loss
+  are the model's layer names (`conv2d`, `conv2d_1`, `dense`, ...), `loss
   and metrics`, or `optimizer` for the update.
   """
   op_name = name.rsplit(':', 1)[0]
@@ -114,7 +118,7 @@ def op_group(name: str) -> tuple[str, str]:
   else:
     stage = 'forward'
   for p in parts:
-    if p.startswith(('conv2d', 'dense', 'max_pooling2d', 'flatten')):
+    if p.startswith(_LAYER_PREFIXES):
       return p, stage
   return ('optimizer' if stage == 'update' else 'loss and metrics'), stage
 
