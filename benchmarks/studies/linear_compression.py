@@ -43,10 +43,11 @@ _LABELS = {
 }
 
 
-def _row(sketch: str, compression, **flags) -> Row:
+def _row(sketch: str, compression, clip: float = 0.5, **flags) -> Row:
+  """A row at `compression`; `clip` names the study's clip in the label."""
   return Row(
     f'{sketch}_{compression}x',
-    f'DP-FedAvg clip 0.5, {_LABELS[sketch]}, {compression}x',
+    f'DP-FedAvg clip {clip:g}, {_LABELS[sketch]}, {compression}x',
     dict(
       method='dp_fedavg',
       compression=str(compression),
@@ -140,8 +141,11 @@ STUDIES['linear_compression_fashion'] = Study(
 )
 
 _emnist_rows = tuple(
-  _row('srht_interleaved', c, eval_every=10) for c in (100, 1000)
-) + reseeded(_row('srht_interleaved', 100, eval_every=10), (1, 2))
+  _row('srht_interleaved', c, REGIME_000['clip'], eval_every=10)
+  for c in (100, 1000)
+) + reseeded(
+  _row('srht_interleaved', 100, REGIME_000['clip'], eval_every=10), (1, 2)
+)
 
 STUDIES['linear_compression_emnist'] = Study(
   title="Linear compression on federated EMNIST (seed 000's regime)",
