@@ -3,7 +3,10 @@
 Every builder returns an uncompiled `tf.keras.Model` that outputs logits
 (no softmax), so it pairs with `from_logits=True` losses and works with
 `tff.learning.models.from_keras_model`. Builders take a `seed` for the initial
-weights so that a run is reproducible without global random state.
+weights so that a run is reproducible without global random state. Layers
+that hold weights have fixed names (`conv1`, `dense1`, ..., `logits`), the
+names `--train_layers` takes; Keras's automatic names change with every
+model built in a process.
 """
 
 from typing import Optional, Sequence
@@ -82,19 +85,25 @@ def create_cnn_mcmahan(
         padding='same',
         activation='relu',
         kernel_initializer=_init(seed, 0),
+        name='conv1',
       ),
-      layers.MaxPool2D(2),
+      layers.MaxPool2D(2, name='pool1'),
       layers.Conv2D(
         64,
         5,
         padding='same',
         activation='relu',
         kernel_initializer=_init(seed, 1),
+        name='conv2',
       ),
-      layers.MaxPool2D(2),
-      layers.Flatten(),
-      layers.Dense(512, activation='relu', kernel_initializer=_init(seed, 2)),
-      layers.Dense(num_classes, kernel_initializer=_init(seed, 3)),
+      layers.MaxPool2D(2, name='pool2'),
+      layers.Flatten(name='flatten'),
+      layers.Dense(
+        512, activation='relu', kernel_initializer=_init(seed, 2), name='dense1'
+      ),
+      layers.Dense(
+        num_classes, kernel_initializer=_init(seed, 3), name='logits'
+      ),
     ],
     name='cnn_mcmahan',
   )
@@ -122,17 +131,29 @@ def create_cnn_2layers(
     [
       layers.InputLayer(input_shape=tuple(input_shape)),
       layers.Conv2D(
-        32, 3, activation='relu', kernel_initializer=_init(seed, 0)
+        32,
+        3,
+        activation='relu',
+        kernel_initializer=_init(seed, 0),
+        name='conv1',
       ),
       layers.Conv2D(
-        64, 3, activation='relu', kernel_initializer=_init(seed, 1)
+        64,
+        3,
+        activation='relu',
+        kernel_initializer=_init(seed, 1),
+        name='conv2',
       ),
-      layers.MaxPool2D(2),
-      StatelessDropout(0.25, seed=dseed),
-      layers.Flatten(),
-      layers.Dense(128, activation='relu', kernel_initializer=_init(seed, 2)),
-      StatelessDropout(0.5, seed=dseed + 1),
-      layers.Dense(num_classes, kernel_initializer=_init(seed, 3)),
+      layers.MaxPool2D(2, name='pool'),
+      StatelessDropout(0.25, seed=dseed, name='dropout1'),
+      layers.Flatten(name='flatten'),
+      layers.Dense(
+        128, activation='relu', kernel_initializer=_init(seed, 2), name='dense1'
+      ),
+      StatelessDropout(0.5, seed=dseed + 1, name='dropout2'),
+      layers.Dense(
+        num_classes, kernel_initializer=_init(seed, 3), name='logits'
+      ),
     ],
     name='cnn_2layers',
   )
@@ -197,7 +218,9 @@ def create_resnet18_gn(
         shortcut = _group_norm(filters, groups)(shortcut)
       x = layers.ReLU()(layers.Add()([y, shortcut]))
   x = layers.GlobalAveragePooling2D()(x)
-  outputs = layers.Dense(num_classes, kernel_initializer=_init(seed, 999))(x)
+  outputs = layers.Dense(
+    num_classes, kernel_initializer=_init(seed, 999), name='logits'
+  )(x)
   return tf.keras.Model(inputs, outputs, name='resnet18_gn')
 
 
@@ -218,10 +241,17 @@ def create_mlp(
   model_layers = [layers.InputLayer(input_shape=(int(input_dim),))]
   for i, units in enumerate(hidden_units):
     model_layers.append(
-      layers.Dense(units, activation='relu', kernel_initializer=_init(seed, i))
+      layers.Dense(
+        units,
+        activation='relu',
+        kernel_initializer=_init(seed, i),
+        name=f'dense{i + 1}',
+      )
     )
   model_layers.append(
-    layers.Dense(num_classes, kernel_initializer=_init(seed, 100))
+    layers.Dense(
+      num_classes, kernel_initializer=_init(seed, 100), name='logits'
+    )
   )
   return tf.keras.Sequential(model_layers, name='mlp')
 

@@ -216,4 +216,10 @@ class FederatedTask:
     return tff.simulation.baselines.BaselineTask(datasets, self.model_fn)
 
   def num_parameters(self) -> int:
+    """The model's scalar weights, trainable and frozen."""
     return int(sum(np.prod(v.shape) for v in self.model_builder().weights))
+
+  def num_trainable_parameters(self) -> int:
+    """The scalar weights the clients train (all but frozen layers')."""
+    model = self.model_builder()
+    return int(sum(np.prod(v.shape) for v in model.trainable_weights))

@@ -17,7 +17,9 @@ from tff_dp import methods as methods_lib
 from tff_dp.job import noise_plan
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
+from tff_dp.tasks import partial_training
 from tff_dp.aggregators import finite_guard
+from tff_dp.job.experiment_config import ConfigError
 from tff_dp.job.experiment_config import ExperimentConfig
 from tff_dp.methods import settings
 from tff_dp.job.cohorts import sampling_for
@@ -68,6 +70,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     model_seed=config.seed,
     **dict(config.task_kwargs),
   )
+  task = train_only(task, config.train_layers)
   num_clients = len(task.train_data.client_ids)
   delta = None
   if method.private:
@@ -101,6 +104,25 @@ def prepare(config: ExperimentConfig) -> Prepared:
   )
 
 
+def train_only(
+  task: tasks_lib.FederatedTask, layers: tuple[str, ...]
+) -> tasks_lib.FederatedTask:
+  """`task` with its model's layers but `layers` frozen (`--train_layers`;
+  all trained if empty).
+
+  Raises:
+    ConfigError: naming the layers the model lacks and the ones it has.
+  """
+  if not layers:
+    return task
+  builder = partial_training.TrainOnly(task.model_builder, layers)
+  try:
+    builder()
+  except ValueError as e:
+    raise ConfigError(f'--{e}') from None
+  return dataclasses.replace(task, model_builder=builder)
+
+
 def method_params(
   config: ExperimentConfig,
   method: methods_lib.Method,
@@ -112,9 +134,11 @@ def method_params(
   """The builders' params: the config's, then what the method resolves
   from the sampling, the noise multiplier (calibrated to the target
   epsilon if asked), then what its setup computes from the task."""
+  trained = task.num_trainable_parameters()
   params = methods_lib.MethodParams.from_config(
     config.flat(),
-    num_model_params=task.num_parameters(),
+    num_model_params=trained,
+    num_frozen_params=task.num_parameters() - trained,
     expected_clients_per_round=sampling.expected_clients_per_round,
     noise_strategy=None if plan is None else plan.strategy,
   )

@@ -495,7 +495,9 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     'task_description': task.description,
     'method_description': method.description,
     'num_clients': len(task.train_data.client_ids),
+    # The weights trained privately (d) and those of frozen layers.
     'num_model_params': params.num_model_params,
+    'num_frozen_params': params.num_frozen_params,
     'sampling': sampling.to_dict(),
     'noise_multiplier': params.noise_multiplier if method.private else None,
     # --clip, or what replaced it (--clip_from_public_round).

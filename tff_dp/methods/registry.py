@@ -27,6 +27,7 @@ class _Params:
     expected_clients_per_round: float,
     noise_multiplier: float = 0.0,
     noise_strategy=None,
+    num_frozen_params: int = 0,
   ) -> 'MethodParams':
     """The params of a run's flat config (`ExperimentConfig.flat()`, or a
     saved config.json).
@@ -46,6 +47,7 @@ class _Params:
         common[f.name] = legacy[f.name]
     return cls(
       num_model_params=num_model_params,
+      num_frozen_params=num_frozen_params,
       expected_clients_per_round=expected_clients_per_round,
       noise_multiplier=noise_multiplier,
       noise_strategy=noise_strategy,
@@ -79,6 +81,8 @@ MethodParams = dataclasses.make_dataclass(
     ('noise_multiplier', float, dataclasses.field(default=0.0)),
     # None: iid noise; else the `mf_strategy.Strategy` of --noise.
     ('noise_strategy', Any, dataclasses.field(default=None)),
+    # Weights of frozen layers (--train_layers): broadcast, never trained.
+    ('num_frozen_params', int, dataclasses.field(default=0)),
     *(
       (f.name, f.type, dataclasses.field(default=f.default))
       for f in settings.fields_where(settings.BUILDERS)
@@ -95,7 +99,8 @@ MethodParams = dataclasses.make_dataclass(
 MethodParams.__module__ = __name__
 MethodParams.__doc__ = """What a method's builders may depend on.
 
-The run's resolved values (`num_model_params`, `expected_clients_per_round`,
+The run's resolved values (`num_model_params`: the trained weights, d;
+`num_frozen_params`: the frozen layers' weights; `expected_clients_per_round`,
 `noise_multiplier`, `noise_strategy`: `tff_dp.job.noise_plan`), the run
 settings marked for the builders (`settings.BUILDERS`: the clip, seeds,
 local schedule, public batch and what is released) and `options`: the
@@ -200,9 +205,10 @@ class Method:
   reveals_cohort_size: bool = False
 
   def download_bytes(self, params: MethodParams) -> int:
-    """The global model, float32, broadcast to each participant."""
+    """The global model, float32, broadcast to each participant (frozen
+    layers included: TFF's broadcast sends the whole model each round)."""
     return communication.dense_float32_bytes(
-      params.num_model_params
+      params.num_model_params + params.num_frozen_params
     ) + self.extra_download_bytes(params)
 
   def cost(self, params: MethodParams) -> communication.CommunicationCost:

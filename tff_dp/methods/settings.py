@@ -118,6 +118,18 @@ def parse_task_options(items) -> tuple[tuple[str, object], ...]:
   return tuple(out)
 
 
+def parse_layer_names(items) -> tuple[str, ...]:
+  """`['dense1,logits', 'conv2']` -> `('dense1', 'logits', 'conv2')`."""
+  names = [n.strip() for item in items for n in item.split(',')]
+  if not all(names):
+    raise ValueError(
+      f'--train_layers must be layer names, comma separated. Found {items!r}.'
+    )
+  if len(set(names)) != len(names):
+    raise ValueError(f'--train_layers names a layer twice. Found {items!r}.')
+  return tuple(names)
+
+
 def _bands(name, value):
   if value == 'auto':
     return
@@ -413,6 +425,16 @@ class RunSettings:
     '(ints, floats and strings).',
     flag_name='task_option',
     parse=parse_task_options,
+  )
+  train_layers: tuple[str, ...] = _setting(
+    (),
+    'Train only these layers of the model privately, by name (comma '
+    "separated or repeated, e.g. dense1,logits; a task model's layers "
+    'with weights are named conv1, conv2, dense1, ..., logits); the rest '
+    'stay at their initial (or warm-started) weights. Clients clip, noise '
+    'and upload only the trained part: d, the noise calibration, the bytes '
+    'up and the ledger follow. Default: all layers.',
+    parse=parse_layer_names,
   )
   release_non_private_metrics: bool = _setting(
     False,

@@ -2,10 +2,13 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from tff_dp import methods
+from tff_dp.job import preparation
 from tff_dp.job import training
+from tff_dp.job.experiment_config import ConfigError
 
 import job_testing
 
@@ -54,3 +57,31 @@ def test_target_epsilon_calibration(tmp_path):
     )
   )
   assert summary['epsilon_rdp'] == pytest.approx(5.0, abs=0.01)
+
+
+def test_train_layers_trains_and_uploads_only_the_named_layers(tmp_path):
+  # The heart MLP: dense1 (38 x 32 + 32) frozen, logits (32 + 1) trained.
+  config = job_testing.config(
+    tmp_path, 'head_only', rounds=1, train_layers=('logits',)
+  )
+  prepared = preparation.prepare(config)
+  assert prepared.params.num_model_params == 33
+  assert prepared.params.num_frozen_params == 1248
+  # Up: the trained layer's update; down: the whole model, every round.
+  assert (prepared.cost.up, prepared.cost.down) == (4 * 33, 4 * 1281)
+  process = prepared.process
+  state = process.initialize()
+  before = process.get_model_weights(state)
+  ids = prepared.task.train_data.client_ids
+  state = process.next(state, prepared.round_data(config, ids, 0)).state
+  after = process.get_model_weights(state)
+  for a, b in zip(before.non_trainable, after.non_trainable):
+    np.testing.assert_array_equal(a, b)
+  assert [np.shape(w) for w in after.trainable] == [(32, 1), (1,)]
+  assert not np.allclose(before.trainable[0], after.trainable[0])
+
+
+def test_train_layers_naming_a_missing_layer_is_a_config_error(tmp_path):
+  config = job_testing.config(tmp_path, 'bad', train_layers=('conv1',))
+  with pytest.raises(ConfigError, match=r"\['dense1', 'logits'\]"):
+    preparation.prepare(config)
