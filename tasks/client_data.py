@@ -101,6 +101,10 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     """Number of examples of each client, in `client_ids` order."""
     return np.diff(self._offsets)
 
+  def all_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    """Every client's stored examples `(x, y)`, client after client."""
+    return self._x, self._y
+
   def client_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
     """The stored (untransformed) `(x, y)` arrays of one client (views)."""
     i = self._position_of(client_id)

@@ -114,6 +114,8 @@ def _each_flag_moves_its_field_alone() -> int:
       value = _valid_other_value(flag, methods.METHODS[method].options)
     elif flag.name == 'task_option':
       value = ['alpha=0.5', 'model=mlp']
+    elif flag.name == 'train_layers':
+      value = ['dense1,logits', 'conv2']
     elif flag.name == 'workers':
       value = 'localhost:8000'  # Checked on creation: host:port items.
     elif flag.name == 'bands':
@@ -128,11 +130,10 @@ def _each_flag_moves_its_field_alone() -> int:
     if flag.name in options:
       config, base = config.options, base.options
     field = _RENAMED.get(flag.name, flag.name)
-    expected = (
-      (('alpha', 0.5), ('model', 'mlp'))
-      if flag.name == 'task_option'
-      else value
-    )
+    expected = {
+      'task_option': (('alpha', 0.5), ('model', 'mlp')),
+      'train_layers': ('dense1', 'logits', 'conv2'),
+    }.get(flag.name, value)
     assert getattr(config, field) == expected, flag.name
     # And only that field moved from what the default flags give.
     moved = [

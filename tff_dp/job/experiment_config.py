@@ -145,6 +145,12 @@ class ExperimentConfig(settings.RunSettings):
           'Set clip_from_public_round or clip_source, not both: the clip '
           f'comes from one place. Found clip_source={self.clip_source!r}.'
         )
+    if self.public_pretrain_steps and self.public_data is None:
+      raise ValueError(
+        'public_pretrain_steps needs public data to train on: set '
+        f'--public_data. Found public_pretrain_steps='
+        f'{self.public_pretrain_steps!r}.'
+      )
     method.preflight()
     if (
       method.private

@@ -18,6 +18,8 @@ from tff_dp.job import noise_plan
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 from tff_dp.tasks import partial_training
+from tff_dp.tasks import public as public_sets
+from tff_dp.job import public_pretrain
 from tff_dp.aggregators import finite_guard
 from tff_dp.job.experiment_config import ConfigError
 from tff_dp.job.experiment_config import ExperimentConfig
@@ -41,6 +43,8 @@ class Prepared:
   aggregator: Any = None
   # The strategy and groups of --noise / --participation.
   noise: noise_plan.NoisePlan = noise_plan.NoisePlan()
+  # The warm start's report (--public_pretrain_steps), else None.
+  public_pretrain: Optional[dict] = None
 
   def round_data(
     self, config: 'ExperimentConfig', client_ids: list[str], shuffle_seed: int
@@ -70,6 +74,9 @@ def prepare(config: ExperimentConfig) -> Prepared:
     model_seed=config.seed,
     **dict(config.task_kwargs),
   )
+  public_report = None
+  if config.public_pretrain_steps:
+    task, public_report = warm_start(config, task)
   task = train_only(task, config.train_layers)
   num_clients = len(task.train_data.client_ids)
   delta = None
@@ -100,8 +107,42 @@ def prepare(config: ExperimentConfig) -> Prepared:
   set_context(config)
   aggregator, process = build_process(config, method, task, params)
   return Prepared(
-    task, method, params, sampling, delta, cost, process, aggregator, plan
+    task,
+    method,
+    params,
+    sampling,
+    delta,
+    cost,
+    process,
+    aggregator,
+    plan,
+    public_report,
   )
+
+
+def warm_start(
+  config: ExperimentConfig, task: tasks_lib.FederatedTask
+) -> tuple[tasks_lib.FederatedTask, dict]:
+  """`task` starting from its pretraining on --public_data, and the report.
+
+  Raises:
+    ConfigError: If the public set is not one for the task.
+  """
+  try:
+    public = public_sets.load(config.public_data, task, config.data_dir)
+  except ValueError as e:
+    raise ConfigError(f'--{e}') from None
+  how = public_pretrain.Pretraining(
+    steps=config.public_pretrain_steps,
+    batch_size=config.public_pretrain_batch_size,
+    learning_rate=config.public_pretrain_lr,
+    seed=config.seed,
+  )
+  run_dir = pathlib.Path(config.output_dir) if config.output_dir else None
+  try:
+    return public_pretrain.warm_started(task, public, how, run_dir)
+  except public_pretrain.OtherPublicData as e:
+    raise ConfigError(str(e)) from None
 
 
 def train_only(

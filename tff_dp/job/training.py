@@ -498,6 +498,8 @@ def _summary(config, prepared, progress, seed_clash, totals) -> dict:
     # The weights trained privately (d) and those of frozen layers.
     'num_model_params': params.num_model_params,
     'num_frozen_params': params.num_frozen_params,
+    # The warm start on public data (no privacy cost), if any.
+    'public_pretrain': prepared.public_pretrain,
     'sampling': sampling.to_dict(),
     'noise_multiplier': params.noise_multiplier if method.private else None,
     # --clip, or what replaced it (--clip_from_public_round).

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from tff_dp import privacy
 from tff_dp.methods import public_data
 from tff_dp import tasks as tasks_lib
+from tff_dp.tasks import public as public_sets
 from tff_dp.methods import options
 
 # Field metadata: the method builders see this setting (`MethodParams`).
@@ -116,6 +117,10 @@ def parse_task_options(items) -> tuple[tuple[str, object], ...]:
         pass
     out.append((name.strip(), value))
   return tuple(out)
+
+
+def _public_sets() -> tuple[str, ...]:
+  return tuple(sorted(public_sets.SETS))
 
 
 def parse_layer_names(items) -> tuple[str, ...]:
@@ -425,6 +430,30 @@ class RunSettings:
     '(ints, floats and strings).',
     flag_name='task_option',
     parse=parse_task_options,
+  )
+  # A warm start on public data (tff_dp.job.public_pretrain).
+  public_data: Optional[str] = _setting(
+    None,
+    'A public set the server may train on at no privacy cost (examples '
+    "matching a client's or a test example are removed): "
+    'emnist_byclass_test (for --task=emnist). See Public data and '
+    'partial training in the docs.',
+    choices=_public_sets,
+  )
+  public_pretrain_steps: int = _setting(
+    0,
+    'Warm start: SGD steps of central training on --public_data before '
+    'round 1 (0: start from the seeded initial weights). No privacy cost; '
+    "the run's summary records it.",
+    check=_INT0,
+  )
+  public_pretrain_batch_size: int = _setting(
+    32, 'Batch size of the warm start (integer >= 1).', check=_INT1
+  )
+  public_pretrain_lr: float = _setting(
+    0.05,
+    'Learning rate of the warm start (SGD, momentum 0.9; > 0).',
+    check=_POSITIVE,
   )
   train_layers: tuple[str, ...] = _setting(
     (),

@@ -1,0 +1,256 @@
+"""Public data: a declared input the server may train on without privacy cost.
+
+A public set is data no client holds and no test example repeats: the
+server may pretrain on it (`--public_data`, `--public_pretrain_steps`) and
+the run's epsilon does not change. Each set names its source files, size
+and content hash, and `check_overlap` removes any example whose pixels are
+also a client's or a test example (exact content match, reported).
+
+Sets:
+  emnist_byclass_test: EMNIST ByClass's official test split (116,323
+    images, the 62 classes of federated EMNIST, upright, ink high), for the
+    `emnist` task. Both it and LEAF's FEMNIST derive from NIST Special
+    Database 19, so writers may be shared even where no image matches
+    exactly (FEMNIST's images are re-cropped): an exact-match check cannot
+    prove the writers disjoint, and the run's summary says so.
+"""
+
+import dataclasses
+import hashlib
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_dp.tasks import data_dir as data_dir_lib
+from tff_dp.tasks import task as task_lib
+
+_EMNIST_SOURCE = (
+  'emnist_byclass_test.npz (EMNIST ByClass test split; x_test uint8 '
+  '[n, 28, 28], upright with ink high, y_test int in [0, 62))'
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicData:
+  """A public set, model-ready.
+
+  Attributes:
+    name: Its name (`--public_data`).
+    x: Inputs, float32 in [0, 1] with a channel axis.
+    y: Labels, int32, in the task's label space.
+    files: The source files read (absolute paths).
+    file_sha256: SHA-256 of each file, in `files`' order.
+    content_sha256: SHA-256 over the examples kept (uint8 pixels, then
+      labels), so two runs can tell they pretrained on the same examples.
+    removed: Examples dropped because a client or test example had the
+      same pixels.
+    caveat: What the overlap check cannot show.
+  """
+
+  name: str
+  x: np.ndarray
+  y: np.ndarray
+  files: tuple[str, ...]
+  file_sha256: tuple[str, ...]
+  content_sha256: str
+  removed: int
+  caveat: str = ''
+
+  def summary(self) -> dict:
+    """What a run's summary says about the set."""
+    return {
+      'name': self.name,
+      'examples': int(len(self.y)),
+      'files': list(self.files),
+      'file_sha256': list(self.file_sha256),
+      'content_sha256': self.content_sha256,
+      'removed_as_overlapping': int(self.removed),
+      'caveat': self.caveat,
+    }
+
+
+def example_digests(images: np.ndarray) -> np.ndarray:
+  """One 16-byte BLAKE2b digest of each uint8 image's pixels."""
+  images = np.ascontiguousarray(images, dtype=np.uint8)
+  return np.array(
+    [hashlib.blake2b(im.tobytes(), digest_size=16).digest() for im in images],
+    dtype='S16',
+  )
+
+
+def to_uint8(x: np.ndarray) -> np.ndarray:
+  """Model-ready [0, 1] floats (or uint8) as uint8 pixels, channel dropped."""
+  if x.dtype != np.uint8:
+    x = np.rint(np.asarray(x, np.float64) * 255.0).astype(np.uint8)
+  if x.ndim == 4 and x.shape[-1] == 1:
+    x = x[..., 0]
+  return x
+
+
+def overlap_mask(public: np.ndarray, *others: np.ndarray) -> np.ndarray:
+  """True for each public image whose pixels equal one of `others`'."""
+  seen = np.concatenate([example_digests(to_uint8(o)) for o in others])
+  return np.isin(example_digests(to_uint8(public)), seen)
+
+
+def content_sha256(x_uint8: np.ndarray, y: np.ndarray) -> str:
+  h = hashlib.sha256()
+  h.update(np.ascontiguousarray(x_uint8, np.uint8).tobytes())
+  h.update(np.ascontiguousarray(y, np.int64).tobytes())
+  return h.hexdigest()
+
+
+def from_arrays(
+  name: str,
+  x_uint8: np.ndarray,
+  y: np.ndarray,
+  task: task_lib.FederatedTask,
+  *,
+  files: tuple[str, ...] = (),
+  caveat: str = '',
+) -> PublicData:
+  """A `PublicData` of uint8 images less those a client or test example of
+  `task` also has."""
+  clients_x, _ = task.train_data.all_arrays()
+  overlap = overlap_mask(x_uint8, clients_x, task.test_x)
+  x_uint8, y = x_uint8[~overlap], np.asarray(y)[~overlap]
+  return PublicData(
+    name=name,
+    x=(x_uint8[..., None] / 255.0).astype(np.float32),
+    y=y.astype(np.int32),
+    files=files,
+    file_sha256=tuple(data_dir_lib.file_sha256(f) for f in files),
+    content_sha256=content_sha256(x_uint8, y),
+    removed=int(overlap.sum()),
+    caveat=caveat,
+  )
+
+
+def load_emnist_byclass_test(
+  data_dir: Optional[data_dir_lib.PathLike] = None,
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split."""
+  path = data_dir_lib.find_file(
+    data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
+  )
+  data_dir_lib.record_read('EMNIST ByClass test split (public)', [path])
+  with np.load(path) as d:
+    return d['x_test'], d['y_test'], (str(path),)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicSet:
+  """A declared public set.
+
+  Attributes:
+    tasks: The tasks it may warm-start.
+    loader: `data_dir -> (x uint8 [n, H, W], y, files read)`.
+    caveat: What the exact-match overlap check cannot show.
+  """
+
+  tasks: tuple[str, ...]
+  loader: Callable[[Optional[data_dir_lib.PathLike]], tuple]
+  caveat: str = ''
+
+
+SETS = {
+  'emnist_byclass_test': PublicSet(
+    tasks=('emnist',),
+    loader=load_emnist_byclass_test,
+    caveat=(
+      'EMNIST ByClass and LEAF FEMNIST both come from NIST SD19: a writer '
+      'may be in both though no image matches exactly (FEMNIST crops them '
+      'differently).'
+    ),
+  ),
+}
+
+
+def load(
+  name: str,
+  task: task_lib.FederatedTask,
+  data_dir: Optional[data_dir_lib.PathLike] = None,
+) -> PublicData:
+  """The public set `name` for `task`, overlaps removed.
+
+  Raises:
+    ValueError: If `name` is not a set, or not one for `task`.
+    DataNotFoundError: If its file is not found.
+  """
+  if name not in SETS:
+    raise ValueError(
+      f'public_data must be one of {sorted(SETS)}. Found {name!r}.'
+    )
+  declared = SETS[name]
+  if task.name not in declared.tasks:
+    raise ValueError(
+      f'public_data {name!r} is for task(s) {list(declared.tasks)}, not '
+      f'{task.name!r}. No public set is declared for {task.name!r} yet.'
+    )
+  x, y, files = declared.loader(data_dir)
+  return from_arrays(name, x, y, task, files=files, caveat=declared.caveat)
+
+
+class _Value(tf.keras.initializers.Initializer):
+  """Initializes a weight to a given array (a warm start's weights)."""
+
+  def __init__(self, value: np.ndarray):
+    self.value = value
+
+  def __call__(self, shape, dtype=None, **kwargs):
+    if tuple(shape) != self.value.shape:
+      raise ValueError(
+        f'A warm-start weight of shape {self.value.shape} cannot initialize '
+        f'a weight of shape {tuple(shape)}.'
+      )
+    return tf.constant(self.value, dtype=dtype or tf.float32)
+
+  def get_config(self):
+    # Not serialisable: models built by `WarmStart` are rebuilt from it.
+    return {}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WarmStart:
+  """A model builder whose models start at `weights` (picklable).
+
+  The weights become the layers' initializers, not an assignment after
+  the build, so they hold where TFF traces the builder in a graph (its
+  initial-weights computation). Layers must keep each weight `w` under
+  a `<w>_initializer` attribute, as Keras's Dense, Conv and normalization
+  layers do.
+
+  Attributes:
+    builder: Returns a fresh Keras model.
+    weights: One array per weight of the model, in `model.weights` order.
+  """
+
+  builder: Callable[[], tf.keras.Model]
+  weights: tuple[np.ndarray, ...]
+
+  def __call__(self) -> tf.keras.Model:
+    model = self.builder()
+    if [tuple(w.shape) for w in model.weights] != [
+      v.shape for v in self.weights
+    ]:
+      raise ValueError(
+        'WarmStart weights must match the model weights in number and '
+        f'shape: {[tuple(w.shape) for w in model.weights]}. Found '
+        f'{[v.shape for v in self.weights]}.'
+      )
+    values = {id(w): v for w, v in zip(model.weights, self.weights)}
+
+    def clone(layer):
+      new = layer.__class__.from_config(layer.get_config())
+      for w in layer.weights:
+        key = w.name.rsplit('/', 1)[-1].split(':')[0] + '_initializer'
+        if not hasattr(new, key):
+          raise ValueError(
+            f'Layer {layer.name!r} keeps no {key} for its weight {w.name}: '
+            'WarmStart cannot set it.'
+          )
+        setattr(new, key, _Value(values[id(w)]))
+      return new
+
+    return tf.keras.models.clone_model(model, clone_function=clone)

@@ -1,0 +1,101 @@
+"""Public sets: overlap removal, hashes, and the warm-start builder."""
+
+import dataclasses
+import functools
+import pickle
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_dp.tasks import client_data
+from tff_dp.tasks import metrics
+from tff_dp.tasks import models
+from tff_dp.tasks import public
+from tff_dp.tasks import task as task_lib
+
+
+def tiny_task(name='tiny', seed=0):
+  """4x4 images, 3 classes, 4 clients of 5 examples; a 3-class MLP."""
+  rng = np.random.default_rng(seed)
+  x = rng.integers(0, 256, (20, 4, 4, 1), dtype=np.uint8)
+  y = rng.integers(0, 3, 20)
+  parts = [np.arange(i, i + 5) for i in range(0, 20, 5)]
+  test_x = rng.integers(0, 256, (6, 4, 4, 1), dtype=np.uint8)
+  return task_lib.FederatedTask(
+    name=name,
+    train_data=client_data.ArrayClientData(x, y, parts),
+    test_x=test_x.astype(np.float32) / 255.0,
+    test_y=rng.integers(0, 3, 6).astype(np.int32),
+    model_builder=functools.partial(
+      models.create_image_mlp, (4, 4, 1), 3, (5,), 0
+    ),
+    loss_builder=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True
+    ),
+    metrics_builder=metrics.classification_metrics,
+    num_classes=3,
+    description='tiny synthetic task',
+  )
+
+
+def test_examples_a_client_or_the_test_set_holds_are_removed():
+  task = tiny_task()
+  clients_x, _ = task.train_data.all_arrays()
+  fresh = np.random.default_rng(9).integers(0, 256, (5, 4, 4), np.uint8)
+  x = np.concatenate(
+    [fresh, clients_x[[2, 7], ..., 0], public.to_uint8(task.test_x[:1])]
+  )
+  y = np.arange(len(x)) % 3
+  data = public.from_arrays('p', x, y, task)
+  assert data.removed == 3
+  np.testing.assert_array_equal(public.to_uint8(data.x), fresh)
+  assert data.x.shape == (5, 4, 4, 1) and data.x.dtype == np.float32
+  np.testing.assert_array_equal(data.y, y[:5])
+  # The content hash names exactly the examples kept.
+  assert data.content_sha256 == public.content_sha256(fresh, y[:5])
+  assert data.content_sha256 != public.content_sha256(fresh, y[1:6])
+
+
+def test_load_names_the_sets_and_their_tasks():
+  with pytest.raises(ValueError, match="must be one of \\['emnist_byclass"):
+    public.load('imagenet', tiny_task())
+  with pytest.raises(ValueError, match="for task\\(s\\) \\['emnist'\\], not"):
+    public.load('emnist_byclass_test', tiny_task())
+
+
+def _weights(seed):
+  model = models.create_image_mlp((4, 4, 1), 3, (5,), seed)
+  return tuple(w.numpy() for w in model.weights)
+
+
+def test_warm_start_builds_models_at_the_given_weights():
+  task = tiny_task()
+  want = _weights(7)
+  builder = public.WarmStart(task.model_builder, want)
+  for model in (builder(), pickle.loads(pickle.dumps(builder))()):
+    for got, w in zip(model.get_weights(), want):
+      np.testing.assert_array_equal(got, w)
+
+
+def test_warm_start_holds_where_tff_traces_the_builder():
+  # TFF builds the initial weights in a graph: an assignment after the
+  # build would not run there; the initializers do.
+  task = tiny_task()
+  want = _weights(7)
+  warm = dataclasses.replace(
+    task, model_builder=public.WarmStart(task.model_builder, want)
+  )
+  initial = tff.learning.algorithms.build_unweighted_fed_avg(
+    warm.model_fn, tff.learning.optimizers.build_sgdm(0.1)
+  ).initialize()
+  got = tf.nest.flatten(initial.global_model_weights.trainable)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_warm_start_rejects_weights_of_another_model():
+  task = tiny_task()
+  with pytest.raises(ValueError, match='must match the model weights'):
+    public.WarmStart(task.model_builder, _weights(0)[:2])()

@@ -1,0 +1,151 @@
+"""The warm start on public data: what it trains, keeps and costs."""
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_dp import tasks
+from tff_dp.job import preparation
+from tff_dp.job import public_pretrain
+from tff_dp.job import training
+from tff_dp.tasks import client_data
+from tff_dp.tasks import metrics
+from tff_dp.tasks import models
+from tff_dp.tasks import public
+
+import job_testing
+
+pytestmark = pytest.mark.usefixtures('shared_data_dir')
+
+
+def _register(monkeypatch):
+  """A 3-class task of 6x6 images on 8 clients, and a public set for it
+  with 2 images a client also holds."""
+  rng = np.random.default_rng(1)
+  x = rng.integers(0, 256, (40, 6, 6, 1), dtype=np.uint8)
+  y = rng.integers(0, 3, 40)
+  task = tasks.FederatedTask(
+    name='tiny_images',
+    train_data=client_data.ArrayClientData(x, y, np.split(np.arange(40), 8)),
+    test_x=rng.random((9, 6, 6, 1)).astype(np.float32),
+    test_y=rng.integers(0, 3, 9).astype(np.int32),
+    model_builder=functools.partial(
+      models.create_image_mlp, (6, 6, 1), 3, (4,), 0
+    ),
+    loss_builder=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True
+    ),
+    metrics_builder=metrics.classification_metrics,
+    num_classes=3,
+    description='tiny images',
+  )
+  monkeypatch.setitem(
+    tasks.TASKS, 'tiny_images', lambda data_dir=None, **kw: task
+  )
+  public_x = np.concatenate(
+    [rng.integers(0, 256, (60, 6, 6), np.uint8), x[[3, 30], ..., 0]]
+  )
+  public_y = np.arange(62) % 3
+  monkeypatch.setitem(
+    public.SETS,
+    'tiny_public',
+    public.PublicSet(('tiny_images',), lambda d: (public_x, public_y, ())),
+  )
+  return task
+
+
+def _config(tmp_path, name, **kwargs):
+  return job_testing.config(
+    tmp_path,
+    name,
+    task='tiny_images',
+    rounds=1,
+    batch_size=5,
+    client_sampling_rate=0.5,
+    **kwargs,
+  )
+
+
+WARM = dict(
+  public_data='tiny_public',
+  public_pretrain_steps=20,
+  public_pretrain_batch_size=8,
+)
+
+
+def test_round_one_starts_from_the_public_model_at_no_privacy_cost(
+  tmp_path, monkeypatch
+):
+  task = _register(monkeypatch)
+  warm = training.run_experiment(_config(tmp_path, 'warm', **WARM))
+  cold = training.run_experiment(_config(tmp_path, 'cold'))
+  report = warm['public_pretrain']
+  assert report['public_data']['examples'] == 60
+  assert report['public_data']['removed_as_overlapping'] == 2
+  assert (report['steps'], report['examples_seen']) == (20, 160)
+  assert cold['public_pretrain'] is None
+  # The same event, the same epsilon: no client's data was read.
+  assert warm['epsilon_rdp'] == cold['epsilon_rdp']
+  assert warm['noise_multiplier'] == cold['noise_multiplier']
+  # The process starts from the kept weights, not the seeded ones.
+  prepared = preparation.prepare(_config(tmp_path, 'warm', **WARM))
+  start = prepared.process.get_model_weights(prepared.process.initialize())
+  with np.load(tmp_path / 'warm' / public_pretrain.WEIGHTS_FILE) as kept:
+    pretrained = [kept[f'w{i}'] for i in range(len(kept.files))]
+  for got, want in zip(start.trainable, pretrained):
+    np.testing.assert_array_equal(got, want)
+  seeded = task.model_builder().get_weights()
+  assert not np.allclose(pretrained[0], seeded[0])
+
+
+def test_a_resumed_run_reuses_the_kept_weights(tmp_path, monkeypatch):
+  _register(monkeypatch)
+  config = _config(tmp_path, 'warm', **WARM)
+  first = preparation.prepare(config).public_pretrain
+
+  def no_training(*args):
+    raise AssertionError('pretrained again')
+
+  monkeypatch.setattr(public_pretrain, 'pretrain', no_training)
+  assert preparation.prepare(config).public_pretrain == first
+
+
+def test_pretraining_is_reproducible_and_learns(monkeypatch):
+  task = _register(monkeypatch)
+  data = public.load('tiny_public', task)
+  how = public_pretrain.Pretraining(
+    steps=60, batch_size=10, learning_rate=0.1, seed=3
+  )
+  w1, r1 = public_pretrain.pretrain(task, data, how)
+  w2, _ = public_pretrain.pretrain(task, data, how)
+  for a, b in zip(w1, w2):
+    np.testing.assert_array_equal(a, b)
+  model = task.model_builder()
+  model.set_weights(w1)
+  logits = model(data.x).numpy()
+  trained = tf.keras.losses.sparse_categorical_crossentropy(
+    data.y, logits, from_logits=True
+  )
+  initial = tf.keras.losses.sparse_categorical_crossentropy(
+    data.y, task.model_builder()(data.x), from_logits=True
+  )
+  assert float(np.mean(trained)) < float(np.mean(initial))
+  assert r1['public_train_loss'] > 0
+
+
+def test_pretraining_needs_public_data(tmp_path, monkeypatch):
+  _register(monkeypatch)
+  with pytest.raises(ValueError, match='set --public_data'):
+    _config(tmp_path, 'x', public_pretrain_steps=5).validate()
+
+
+def test_a_public_set_of_another_task_is_a_config_error(tmp_path):
+  config = job_testing.config(
+    tmp_path, 'x', public_data='emnist_byclass_test', public_pretrain_steps=5
+  )
+  with pytest.raises(
+    training.ConfigError, match="for task\\(s\\) \\['emnist'\\]"
+  ):
+    preparation.prepare(config)

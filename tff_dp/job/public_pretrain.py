@@ -1,0 +1,108 @@
+"""A warm start: central, non-private training on public data before round 1.
+
+`--public_data=NAME --public_pretrain_steps=N` trains the task's model on
+the public set (`tff_dp.tasks.public`) with Keras SGD for N batches, and
+the learning process starts from the result (`public.WarmStart`): the
+private rounds, the ledger and the noise calibration are unchanged (no
+client's data is read, so the release costs no privacy), and the run's
+summary says which public data, how much training and what it cost. The
+weights are kept in the run folder (`public_pretrain_weights.npz`; public,
+derived from public data only), so a resumed run starts from the same ones
+without training again.
+"""
+
+import dataclasses
+import json
+import pathlib
+import time
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_dp.tasks import public as public_lib
+from tff_dp.tasks import task as task_lib
+
+WEIGHTS_FILE = 'public_pretrain_weights.npz'
+REPORT_FILE = 'public_pretrain.json'
+MOMENTUM = 0.9
+
+
+class OtherPublicData(ValueError):
+  """A run folder's kept warm start came from other public data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+  """How to pretrain (the `--public_pretrain_*` settings)."""
+
+  steps: int
+  batch_size: int
+  learning_rate: float
+  seed: int
+
+
+def pretrain(
+  task: task_lib.FederatedTask,
+  public: public_lib.PublicData,
+  how: Pretraining,
+) -> tuple[tuple[np.ndarray, ...], dict]:
+  """`(weights, report)`: the task's model after `how.steps` SGD steps on
+  `public` (shuffled by `how.seed`, public randomness), in `model.weights`
+  order."""
+  start = time.perf_counter()
+  model = task.model_builder()
+  model.compile(
+    optimizer=tf.keras.optimizers.SGD(how.learning_rate, momentum=MOMENTUM),
+    loss=task.loss_builder(),
+    metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name='accuracy')],
+  )
+  data = (
+    tf.data.Dataset.from_tensor_slices((public.x, public.y))
+    .shuffle(len(public.y), seed=how.seed, reshuffle_each_iteration=True)
+    .repeat()
+    .batch(how.batch_size)
+    .take(how.steps)
+  )
+  history = model.fit(data, epochs=1, verbose=0)
+  report = {
+    'public_data': public.summary(),
+    **dataclasses.asdict(how),
+    'momentum': MOMENTUM,
+    'examples_seen': how.steps * how.batch_size,
+    # Keras's running mean over the steps, on the public data.
+    'public_train_loss': float(history.history['loss'][-1]),
+    'public_train_accuracy': float(history.history['accuracy'][-1]),
+    'seconds': time.perf_counter() - start,
+  }
+  return tuple(w.numpy() for w in model.weights), report
+
+
+def warm_started(
+  task: task_lib.FederatedTask,
+  public: public_lib.PublicData,
+  how: Pretraining,
+  run_dir: Optional[pathlib.Path] = None,
+) -> tuple[task_lib.FederatedTask, dict]:
+  """`task` with its model starting from `public`'s pretraining, and the
+  report for the summary; reused from `run_dir` where a run kept them."""
+  weights_path = run_dir / WEIGHTS_FILE if run_dir else None
+  report_path = run_dir / REPORT_FILE if run_dir else None
+  if weights_path is not None and weights_path.exists():
+    with np.load(weights_path) as saved:
+      weights = tuple(saved[f'w{i}'] for i in range(len(saved.files)))
+    report = json.loads(report_path.read_text())
+    if report['public_data']['content_sha256'] != public.content_sha256:
+      raise OtherPublicData(
+        f'{weights_path} was pretrained on other public data '
+        f"({report['public_data']['content_sha256']}) than this run's "
+        f'({public.content_sha256}); choose a new --root_output_dir.'
+      )
+  else:
+    weights, report = pretrain(task, public, how)
+    if run_dir is not None:
+      run_dir.mkdir(parents=True, exist_ok=True)
+      np.savez(weights_path, **{f'w{i}': w for i, w in enumerate(weights)})
+      report_path.write_text(json.dumps(report, indent=2) + '\n')
+  builder = public_lib.WarmStart(task.model_builder, weights)
+  return dataclasses.replace(task, model_builder=builder), report
