@@ -195,6 +195,8 @@ def test_the_builders_params_derive_from_the_declared_settings():
   # Beside them only the values resolved for the run.
   assert set(params) - {f.name for f in builders} == {
     'num_model_params',
+    # The frozen layers' weights (--train_layers): the bytes down.
+    'num_frozen_params',
     'expected_clients_per_round',
     'noise_multiplier',
     # The strategy that --noise resolves to (tff_dp.job.noise_plan).
