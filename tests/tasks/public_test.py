@@ -99,3 +99,13 @@ def test_warm_start_rejects_weights_of_another_model():
   task = tiny_task()
   with pytest.raises(ValueError, match='must match the model weights'):
     public.WarmStart(task.model_builder, _weights(0)[:2])()
+
+
+def test_half_size_centres_2x2_means():
+  image = np.zeros((1, 28, 28), np.uint8)
+  image[0, 0:2, 0:2] = [[255, 255], [0, 1]]  # Mean 127.75 -> 128.
+  image[0, 26:28, 26:28] = 8
+  out = public.half_size(image)
+  assert out.shape == (1, 28, 28) and out.dtype == np.uint8
+  assert out[0, 7, 7] == 128 and out[0, 20, 20] == 8
+  assert int(out.sum()) == 128 + 8
