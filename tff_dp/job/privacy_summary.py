@@ -68,6 +68,12 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       f"the server's public batch{subset} (Kerkouche et al.'s rule; not "
       'client data)'
     )
+  if config.public_pretrain_steps:
+    steps.append(
+      f'the initial model is trained on the public set {config.public_data!r}'
+      " (not client data; examples equal to a client's or a test example "
+      'removed; summary "public_pretrain")'
+    )
   if config.options is not None:
     steps.extend(config.options.tuning_outside_ledger())
   return steps

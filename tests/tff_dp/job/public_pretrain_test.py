@@ -149,3 +149,15 @@ def test_a_public_set_of_another_task_is_a_config_error(tmp_path):
     training.ConfigError, match="for task\\(s\\) \\['emnist'\\]"
   ):
     preparation.prepare(config)
+
+
+def test_the_privacy_summary_names_the_warm_start(tmp_path, monkeypatch):
+  from tff_dp import methods  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import privacy_summary  # pylint: disable=g-import-not-at-top
+
+  _register(monkeypatch)
+  config = _config(tmp_path, 'x', **WARM)
+  (step,) = privacy_summary.tuning_outside_ledger(
+    config, methods.METHODS['dp_fedavg']
+  )
+  assert "public set 'tiny_public' (not client data" in step

@@ -1,0 +1,115 @@
+r"""The public-only model: a warm start on public data, no private round.
+
+Trains the task's model on a declared public set exactly as
+`--public_data --public_pretrain_steps` does (`tff_dp.job.public_pretrain`)
+and scores it on the task's test set: the accuracy a run has before its
+first private round, and the bar the private rounds must clear (issue
+#105). No client's data is read: epsilon 0.
+
+  python -m benchmarks.public_only --task=emnist \
+    --public_data=emnist_byclass_test --steps=2000 --seed=0
+
+On `emnist` the test examples are the writers' own (held by clients); the
+score reads them as any research row does.
+"""
+
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from benchmarks import results_table
+from tff_dp import tasks
+from tff_dp.job import public_pretrain
+from tff_dp.tasks import public
+
+_TASK = flags.DEFINE_string('task', 'emnist', 'Task.')
+_PUBLIC = flags.DEFINE_string(
+  'public_data', 'emnist_byclass_test', 'Public set.'
+)
+_STEPS = flags.DEFINE_integer('steps', 2000, 'SGD steps.')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Batch size.')
+_LR = flags.DEFINE_float('lr', 0.05, 'Learning rate (momentum 0.9).')
+_SEED = flags.DEFINE_integer('seed', 0, 'Model and shuffle seed.')
+_OUTPUT = flags.DEFINE_string(
+  'output', 'benchmarks/results/public_only.md', 'Results markdown file.'
+)
+
+COLUMNS = (
+  'row',
+  'task',
+  'public set',
+  'steps',
+  'batch',
+  'lr',
+  'public examples',
+  'removed as overlapping',
+  'public train accuracy',
+  'test accuracy',
+  'epsilon',
+  'seed',
+  'date',
+  'wall s',
+  'command',
+)
+
+
+def test_accuracy(task, weights) -> float:
+  """The model at `weights` scored on the task's test set."""
+  model = task.model_builder()
+  model.set_weights(weights)
+  logits = model.predict(task.test_x, batch_size=500, verbose=0)
+  return float(np.mean(np.argmax(logits, axis=1) == task.test_y))
+
+
+def main(argv):
+  del argv
+  start = time.perf_counter()
+  task = tasks.load_task(_TASK.value, model_seed=_SEED.value)
+  data = public.load(_PUBLIC.value, task)
+  how = public_pretrain.Pretraining(
+    steps=_STEPS.value,
+    batch_size=_BATCH.value,
+    learning_rate=_LR.value,
+    seed=_SEED.value,
+  )
+  weights, report = public_pretrain.pretrain(task, data, how)
+  accuracy = test_accuracy(task, weights)
+  name = f'{_TASK.value}_{_PUBLIC.value}_{_STEPS.value}_seed{_SEED.value}'
+  row = {
+    'row': name,
+    'task': _TASK.value,
+    'public set': _PUBLIC.value,
+    'steps': _STEPS.value,
+    'batch': _BATCH.value,
+    'lr': _LR.value,
+    'public examples': len(data.y),
+    'removed as overlapping': data.removed,
+    'public train accuracy': round(report['public_train_accuracy'], 4),
+    'test accuracy': round(accuracy, 4),
+    'epsilon': '0 (no client data)',
+    'seed': _SEED.value,
+    'date': results_table.today(),
+    'wall s': round(time.perf_counter() - start),
+    'command': results_table.command_line(),
+  }
+  results_table.update(
+    _OUTPUT.value,
+    name,
+    row,
+    title='The public-only model (warm start, no private round)',
+    columns=COLUMNS,
+    notes=(
+      "Issue #105's bar: the task's model trained centrally on a public "
+      'set only (`tff_dp.job.public_pretrain`, Keras SGD with momentum '
+      '0.9), scored on the task\'s test set. "public train accuracy" is '
+      "Keras's running mean over the last epoch's steps on the public "
+      'data. Machine: ' + results_table.machine() + '.'
+    ),
+  )
+  print(row)
+
+
+if __name__ == '__main__':
+  app.run(main)
