@@ -22,6 +22,7 @@ new module here and one line in `STUDIES` below.
 """
 
 from benchmarks.studies import linear_compression
+from benchmarks.studies import public_warm
 from benchmarks.studies import seed000
 from benchmarks.studies import seed001
 from benchmarks.studies import seed002
@@ -50,6 +51,7 @@ STUDIES: dict[str, Study] = {
   **seed001.STUDIES,
   **seed003.STUDIES,
   **linear_compression.STUDIES,
+  **public_warm.STUDIES,
 }
 
 __all__ = [
