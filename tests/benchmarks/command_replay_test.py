@@ -213,6 +213,12 @@ DEFAULTS = {
   'participation_groups': None,
   'participation_partition': 'by_client_id',
   'public_batch': 'random',
+  # Issue #105 (2026-12-05): no row ran with public data or frozen layers
+  # before; the defaults are the behaviour every earlier row had.
+  'public_data': None,
+  'public_pretrain_batch_size': 32,
+  'public_pretrain_lr': 0.05,
+  'public_pretrain_steps': 0,
   'randagg_clip_scope': 'update',
   'randagg_fraction': 0.01,
   'release_non_private_metrics': False,
@@ -233,6 +239,7 @@ DEFAULTS = {
   'task_option': [],
   'top_k_nonprivate_clip': False,
   'top_k_ratio': 0.005,
+  'train_layers': [],
   'update_diagnostics': True,
   'workers': None,
 }

@@ -2,21 +2,21 @@
 
 import pytest
 
-from benchmarks import round_anatomy
+from benchmarks import anatomy_report
 
 
 def test_fit_recovers_per_step_and_fixed_costs():
   # 100 clients x (13 ms fixed + steps x 7 ms).
   cpu_1 = 100 * (0.013 + 1 * 0.007)
   cpu_10 = 100 * (0.013 + 10 * 0.007)
-  per_step, fixed = round_anatomy.fit_client_costs(cpu_1, cpu_10)
+  per_step, fixed = anatomy_report.fit_client_costs(cpu_1, cpu_10)
   assert per_step == pytest.approx(0.007)
   assert fixed == pytest.approx(0.013)
 
 
 def test_fit_rejects_rounds_that_got_cheaper_with_more_steps():
   with pytest.raises(ValueError, match=r'cpu_10 \(1.0\) must exceed cpu_1'):
-    round_anatomy.fit_client_costs(2.0, 1.0)
+    anatomy_report.fit_client_costs(2.0, 1.0)
 
 
 # Event names as TF 2.14's profiler writes them for TFF's client step.
@@ -53,13 +53,13 @@ _LOSS = (
   ],
 )
 def test_op_group(name, group):
-  assert round_anatomy.op_group(name) == group
+  assert anatomy_report.op_group(name) == group
 
 
 def test_only_kernels_are_op_events():
-  assert round_anatomy.is_op_event('mul_9:Mul')
-  assert not round_anatomy.is_op_event('ExecutorState::Process')
-  assert not round_anatomy.is_op_event('ExecutorDoneCallback')
+  assert anatomy_report.is_op_event('mul_9:Mul')
+  assert not anatomy_report.is_op_event('ExecutorState::Process')
+  assert not anatomy_report.is_op_event('ExecutorDoneCallback')
 
 
 def test_group_op_times_averages_over_steps():
@@ -69,7 +69,7 @@ def test_group_op_times_averages_over_steps():
     ('mul_9:Mul', 1.0),
     ('add_4:AddV2', 3.0),
   ]
-  assert round_anatomy.group_op_times(events, steps=2) == {
+  assert anatomy_report.group_op_times(events, steps=2) == {
     'dense backward': 3.0,
     'optimizer update': 2.0,
   }
@@ -103,7 +103,7 @@ def test_render_shows_the_fit_and_the_shares():
       'cycles': {'float32': [9.0] * 3, 'mixed_bfloat16': [7.5] * 3},
     },
   }
-  text = round_anatomy.render(result, 'python -m x', 'machine', '2026-12-05')
+  text = anatomy_report.render(result, 'python -m x', 'machine', '2026-12-05')
   assert '| 10 | 3 | 6.00 | 11.10 | 1.85 |' in text
   assert '| 3 | 9.00 | 21.0 | 81% | 1.85 |' in text
   assert '| optimizer update | 6.000 | 60.0% |' in text
