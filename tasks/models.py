@@ -3,10 +3,11 @@
 Every builder returns an uncompiled `tf.keras.Model` that outputs logits
 (no softmax), so it pairs with `from_logits=True` losses and works with
 `tff.learning.models.from_keras_model`. Builders take a `seed` for the initial
-weights so that a run is reproducible without global random state. Layers
-that hold weights have fixed names (`conv1`, `dense1`, ..., `logits`), the
-names `--train_layers` takes; Keras's automatic names change with every
-model built in a process.
+weights so that a run is reproducible without global random state. In the
+CNNs and MLPs the layers that hold weights have fixed names (`conv1`,
+`dense1`, ..., `logits`), the names `--train_layers` takes; ResNet-18 names
+only its output layer (`logits`): Keras's automatic names, which its other
+layers keep, change with every model built in a process.
 """
 
 from typing import Optional, Sequence

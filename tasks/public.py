@@ -102,6 +102,11 @@ def content_sha256(x_uint8: np.ndarray, y: np.ndarray) -> str:
   return h.hexdigest()
 
 
+# More overlap than this share means the set is the task's own data (e.g.
+# EMNIST's test split as the public set of a task whose test set it is).
+MAX_OVERLAP = 0.01
+
+
 def from_arrays(
   name: str,
   x_uint8: np.ndarray,
@@ -110,12 +115,26 @@ def from_arrays(
   *,
   files: tuple[str, ...] = (),
   caveat: str = '',
+  transform: Optional[Callable[[np.ndarray], np.ndarray]] = None,
 ) -> PublicData:
   """A `PublicData` of uint8 images less those a client or test example of
-  `task` also has."""
+  `task` also has, compared as loaded (before `transform`, which then maps
+  the kept images to the clients' style).
+
+  Raises:
+    ValueError: If more than `MAX_OVERLAP` of the set is the task's data.
+  """
   clients_x, _ = task.train_data.all_arrays()
   overlap = overlap_mask(x_uint8, clients_x, task.test_x)
+  if overlap.mean() > MAX_OVERLAP:
+    raise ValueError(
+      f'public_data {name!r} shares {int(overlap.sum()):,} of its '
+      f"{len(overlap):,} examples with task {task.name!r}'s clients or test "
+      'set: it is not public data for this task.'
+    )
   x_uint8, y = x_uint8[~overlap], np.asarray(y)[~overlap]
+  if transform is not None:
+    x_uint8 = transform(x_uint8)
   return PublicData(
     name=name,
     x=(x_uint8[..., None] / 255.0).astype(np.float32),
@@ -131,13 +150,14 @@ def from_arrays(
 def load_emnist_byclass_test(
   data_dir: Optional[data_dir_lib.PathLike] = None,
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-  """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split."""
+  """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split,
+  as stored (full size)."""
   path = data_dir_lib.find_file(
     data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
   )
   data_dir_lib.record_read('EMNIST ByClass test split (public)', [path])
   with np.load(path) as d:
-    return half_size(d['x_test']), d['y_test'], (str(path),)
+    return d['x_test'], d['y_test'], (str(path),)
 
 
 def half_size(images: np.ndarray) -> np.ndarray:
@@ -161,13 +181,16 @@ class PublicSet:
 
   Attributes:
     tasks: The tasks it may warm-start.
-    loader: `data_dir -> (x uint8 [n, H, W], y, files read)`.
+    loader: `data_dir -> (x uint8 [n, H, W], y, files read)`, the images
+      as the source stores them (the overlap check compares these).
     caveat: What the exact-match overlap check cannot show.
+    transform: Maps the kept images to the clients' style, or None.
   """
 
   tasks: tuple[str, ...]
   loader: Callable[[Optional[data_dir_lib.PathLike]], tuple]
   caveat: str = ''
+  transform: Optional[Callable[[np.ndarray], np.ndarray]] = None
 
 
 SETS = {
@@ -175,10 +198,12 @@ SETS = {
     tasks=('emnist',),
     loader=load_emnist_byclass_test,
     caveat=(
-      'EMNIST ByClass and LEAF FEMNIST both come from NIST SD19: a writer '
-      'may be in both though no image matches exactly (FEMNIST crops them '
-      'differently).'
+      'EMNIST ByClass and LEAF FEMNIST are both renderings of NIST SD19: '
+      "the set may hold the clients' writers, even their own characters "
+      'rendered differently, which no exact-match check can see. Using it '
+      'as public data assumes it does not.'
     ),
+    transform=half_size,
   ),
 }
 
@@ -205,7 +230,15 @@ def load(
       f'{task.name!r}. No public set is declared for {task.name!r} yet.'
     )
   x, y, files = declared.loader(data_dir)
-  return from_arrays(name, x, y, task, files=files, caveat=declared.caveat)
+  return from_arrays(
+    name,
+    x,
+    y,
+    task,
+    files=files,
+    caveat=declared.caveat,
+    transform=declared.transform,
+  )
 
 
 class _Value(tf.keras.initializers.Initializer):

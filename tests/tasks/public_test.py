@@ -43,19 +43,27 @@ def tiny_task(name='tiny', seed=0):
 def test_examples_a_client_or_the_test_set_holds_are_removed():
   task = tiny_task()
   clients_x, _ = task.train_data.all_arrays()
-  fresh = np.random.default_rng(9).integers(0, 256, (5, 4, 4), np.uint8)
+  fresh = np.random.default_rng(9).integers(0, 256, (300, 4, 4), np.uint8)
   x = np.concatenate(
     [fresh, clients_x[[2, 7], ..., 0], public.to_uint8(task.test_x[:1])]
   )
   y = np.arange(len(x)) % 3
-  data = public.from_arrays('p', x, y, task)
+  # Compared as loaded, then mapped to the clients' style.
+  data = public.from_arrays('p', x, y, task, transform=lambda im: 255 - im)
   assert data.removed == 3
-  np.testing.assert_array_equal(public.to_uint8(data.x), fresh)
-  assert data.x.shape == (5, 4, 4, 1) and data.x.dtype == np.float32
-  np.testing.assert_array_equal(data.y, y[:5])
-  # The content hash names exactly the examples kept.
-  assert data.content_sha256 == public.content_sha256(fresh, y[:5])
-  assert data.content_sha256 != public.content_sha256(fresh, y[1:6])
+  np.testing.assert_array_equal(public.to_uint8(data.x), 255 - fresh)
+  assert data.x.shape == (300, 4, 4, 1) and data.x.dtype == np.float32
+  np.testing.assert_array_equal(data.y, y[:300])
+  # The content hash names exactly the examples kept, as trained on.
+  assert data.content_sha256 == public.content_sha256(255 - fresh, y[:300])
+  assert data.content_sha256 != public.content_sha256(255 - fresh, y[1:301])
+
+
+def test_a_set_that_is_the_tasks_own_data_is_refused():
+  # E.g. EMNIST's test split offered to a task whose test set it is.
+  task = tiny_task()
+  with pytest.raises(ValueError, match='shares 6 of its 6 examples'):
+    public.from_arrays('p', public.to_uint8(task.test_x), task.test_y, task)
 
 
 def test_load_names_the_sets_and_their_tasks():

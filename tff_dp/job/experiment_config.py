@@ -145,6 +145,11 @@ class ExperimentConfig(settings.RunSettings):
           'Set clip_from_public_round or clip_source, not both: the clip '
           f'comes from one place. Found clip_source={self.clip_source!r}.'
         )
+    if self.public_data is not None and not self.public_pretrain_steps:
+      raise ValueError(
+        f'public_data={self.public_data!r} is used only by a warm start: '
+        'set --public_pretrain_steps >= 1 too.'
+      )
     if self.public_pretrain_steps and self.public_data is None:
       raise ValueError(
         'public_pretrain_steps needs public data to train on: set '

@@ -76,6 +76,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
   )
   public_report = None
   if config.public_pretrain_steps:
+    train_only(task, config.train_layers)  # Bad names fail before training.
     task, public_report = warm_start(config, task)
   task = train_only(task, config.train_layers)
   num_clients = len(task.train_data.client_ids)

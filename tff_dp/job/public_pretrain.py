@@ -78,6 +78,16 @@ def pretrain(
   return tuple(w.numpy() for w in model.weights), report
 
 
+# What a kept warm start must match to be reused.
+_SETTINGS = ('steps', 'batch_size', 'learning_rate', 'seed')
+
+
+def _write_atomically(path: pathlib.Path, text: str) -> None:
+  partial = path.with_name(path.name + '.partial')
+  partial.write_text(text)
+  partial.replace(path)
+
+
 def warm_started(
   task: task_lib.FederatedTask,
   public: public_lib.PublicData,
@@ -89,20 +99,29 @@ def warm_started(
   weights_path = run_dir / WEIGHTS_FILE if run_dir else None
   report_path = run_dir / REPORT_FILE if run_dir else None
   if weights_path is not None and weights_path.exists():
+    report = json.loads(report_path.read_text())
+    kept = (report['public_data']['content_sha256'],) + tuple(
+      report[k] for k in _SETTINGS
+    )
+    wanted = (public.content_sha256,) + tuple(
+      dataclasses.asdict(how)[k] for k in _SETTINGS
+    )
+    if kept != wanted:
+      raise OtherPublicData(
+        f'{weights_path} was pretrained with other public data or settings '
+        f'(content hash, {", ".join(_SETTINGS)}: {kept}) than this run '
+        f'asks for ({wanted}); choose a new --root_output_dir.'
+      )
     with np.load(weights_path) as saved:
       weights = tuple(saved[f'w{i}'] for i in range(len(saved.files)))
-    report = json.loads(report_path.read_text())
-    if report['public_data']['content_sha256'] != public.content_sha256:
-      raise OtherPublicData(
-        f'{weights_path} was pretrained on other public data '
-        f"({report['public_data']['content_sha256']}) than this run's "
-        f'({public.content_sha256}); choose a new --root_output_dir.'
-      )
   else:
     weights, report = pretrain(task, public, how)
     if run_dir is not None:
       run_dir.mkdir(parents=True, exist_ok=True)
-      np.savez(weights_path, **{f'w{i}': w for i, w in enumerate(weights)})
-      report_path.write_text(json.dumps(report, indent=2) + '\n')
+      # The report first, the weights last: weights on disk mean both are.
+      _write_atomically(report_path, json.dumps(report, indent=2) + '\n')
+      partial = run_dir / (WEIGHTS_FILE + '.partial.npz')
+      np.savez(partial, **{f'w{i}': w for i, w in enumerate(weights)})
+      partial.replace(weights_path)
   builder = public_lib.WarmStart(task.model_builder, weights)
   return dataclasses.replace(task, model_builder=builder), report

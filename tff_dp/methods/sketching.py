@@ -171,11 +171,14 @@ def _method(name: str) -> registry.Method:
     upload_bytes=lambda p: dpsfl.upload_bytes(
       p.options.sketch_rows, p.options.sketch_columns, adaptive
     ),
-    # Clients hold the model and apply the broadcast top-k update.
+    # Clients hold the model (frozen layers never change) and apply the
+    # broadcast top-k update.
     extra_download_bytes=lambda p: dpsfl.download_bytes(
       p.options.sketch_k, adaptive
     )
-    - communication.dense_float32_bytes(p.num_model_params),
+    - communication.dense_float32_bytes(
+      p.num_model_params + p.num_frozen_params
+    ),
     round_event=(
       (lambda z, p: dpsfl.round_event(z, adaptive_clip(p), p.noise_strategy))
       if private

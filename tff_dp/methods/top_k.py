@@ -146,9 +146,12 @@ def _fl_top_method(name: str, private: bool) -> registry.Method:
     'clients train and send the K = --top_k_ratio x d weights of top '
     '|gradient| on a public batch',
     aggregator,
-    # Weights outside K stay w0, so only the K values come down.
+    # Weights outside K (and frozen layers') stay w0, so only the K
+    # values come down.
     extra_download_bytes=lambda p: 4 * count(p)
-    - communication.dense_float32_bytes(p.num_model_params),
+    - communication.dense_float32_bytes(
+      p.num_model_params + p.num_frozen_params
+    ),
     setup=_fl_top_setup,
     public_selection=(
       "FL-TOP's Top-K mask is chosen on a server-held public batch"

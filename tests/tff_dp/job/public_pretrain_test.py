@@ -46,9 +46,9 @@ def _register(monkeypatch):
     tasks.TASKS, 'tiny_images', lambda data_dir=None, **kw: task
   )
   public_x = np.concatenate(
-    [rng.integers(0, 256, (60, 6, 6), np.uint8), x[[3, 30], ..., 0]]
+    [rng.integers(0, 256, (300, 6, 6), np.uint8), x[[3, 30], ..., 0]]
   )
-  public_y = np.arange(62) % 3
+  public_y = np.arange(302) % 3
   monkeypatch.setitem(
     public.SETS,
     'tiny_public',
@@ -82,7 +82,7 @@ def test_round_one_starts_from_the_public_model_at_no_privacy_cost(
   task = _register(monkeypatch)
   warm = training.run_experiment(_config(tmp_path, 'warm', **WARM))
   report = warm['public_pretrain']
-  assert report['public_data']['examples'] == 60
+  assert report['public_data']['examples'] == 300
   assert report['public_data']['removed_as_overlapping'] == 2
   assert (report['steps'], report['examples_seen']) == (20, 160)
   # The rounds' events alone, as without a warm start: one Poisson-sampled
@@ -164,3 +164,19 @@ def test_the_privacy_summary_names_the_warm_start(tmp_path, monkeypatch):
     config, methods.METHODS['dp_fedavg']
   )
   assert "public set 'tiny_public' (not client data" in step
+
+
+def test_a_kept_warm_start_with_other_settings_is_refused(
+  tmp_path, monkeypatch
+):
+  _register(monkeypatch)
+  preparation.prepare(_config(tmp_path, 'warm', **WARM))
+  changed = dict(WARM, public_pretrain_steps=21)
+  with pytest.raises(training.ConfigError, match='other public data or'):
+    preparation.prepare(_config(tmp_path, 'warm', **changed))
+
+
+def test_public_data_without_a_warm_start_is_refused(tmp_path, monkeypatch):
+  _register(monkeypatch)
+  with pytest.raises(ValueError, match='set --public_pretrain_steps'):
+    _config(tmp_path, 'x', public_data='tiny_public').validate()
