@@ -12,6 +12,7 @@ import tensorflow_federated as tff
 from tff_dp.tasks import client_data
 from tff_dp.tasks import metrics
 from tff_dp.tasks import models
+from tff_dp.tasks import partial_training
 from tff_dp.tasks import public
 from tff_dp.tasks import task as task_lib
 
@@ -117,3 +118,35 @@ def test_half_size_centres_2x2_means():
   assert out.shape == (1, 28, 28) and out.dtype == np.uint8
   assert out[0, 7, 7] == 128 and out[0, 20, 20] == 8
   assert int(out.sum()) == 128 + 8
+
+
+def test_frozen_warm_start_of_the_emnist_cnn_holds_through_tff():
+  # CNN-2-layers: StatelessDropout between the weighted layers.
+  builder = functools.partial(models.create_cnn_2layers, (28, 28, 1), 62, 0)
+  want = tuple(
+    w.numpy() for w in models.create_cnn_2layers((28, 28, 1), 62, 5).weights
+  )
+  frozen = partial_training.TrainOnly(
+    public.WarmStart(builder, want), ('logits',)
+  )
+  spec = (
+    tf.TensorSpec([None, 28, 28, 1], tf.float32),
+    tf.TensorSpec([None], tf.int32),
+  )
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+      frozen(),
+      input_spec=spec,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+
+  state = tff.learning.algorithms.build_unweighted_fed_avg(
+    model_fn, tff.learning.optimizers.build_sgdm(0.1)
+  ).initialize()
+  weights = state.global_model_weights
+  # conv1, conv2, dense1 frozen; logits trained; all at the given values.
+  got = [*weights.non_trainable, *weights.trainable]
+  assert [g.shape for g in got] == [w.shape for w in want]
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
