@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from tff_dp.runtime import processes
 from tff_dp.runtime import stderr_filter
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
@@ -47,23 +46,25 @@ def test_stderr_without_keeps_the_output_of_a_block_that_raises(capfd):
 def test_a_childs_stderr_is_copied_without_the_noise():
   # In a fresh interpreter: in this one, the gRPC that earlier tests loaded
   # can write a line of its own to descriptor 2 whenever a child forks
-  # ("Kick failed: ... Bad file descriptor"), which is not the child's.
+  # ("Kick failed: ... Bad file descriptor"), in the parent or in the
+  # forked child before it execs, which is not the child's output.
   write = f'import os; os.write(2, {_NOISY!r})'
   parent = f"""
+import subprocess
 import sys
 from tff_dp.runtime import processes, stderr_filter
 child = processes.popen_dying_with_parent([sys.executable, '-c', {write!r}])
 assert child.stderr is None  # The copying thread's pipe alone.
 assert child.wait(timeout=60) == 0
 stderr_filter.finish_stderr_copies()
+# A stderr the caller gives is the child's as given.
+child = processes.popen_dying_with_parent(
+  [sys.executable, '-c', {write!r}], stderr=subprocess.PIPE
+)
+assert child.communicate(timeout=60)[1] == {_NOISY!r}
 """
   result = subprocess.run(
     [sys.executable, '-c', parent], capture_output=True, timeout=120
   )
   assert result.returncode == 0, result.stderr.decode()
   assert result.stderr == b'kept 1\nkept 2\n'
-  # A stderr the caller gives is the child's as given.
-  child = processes.popen_dying_with_parent(
-    [sys.executable, '-c', write], stderr=subprocess.PIPE
-  )
-  assert child.communicate(timeout=60)[1] == _NOISY
