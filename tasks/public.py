@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from tff_dp.tasks import data_dir as data_dir_lib
 from tff_dp.tasks import task as task_lib
+from tff_dp.tasks import tfds_data
 
 _EMNIST_SOURCE = (
   'emnist_byclass_test.npz (EMNIST ByClass test split; x_test uint8 '
@@ -151,10 +152,26 @@ def load_emnist_byclass_test(
   data_dir: Optional[data_dir_lib.PathLike] = None,
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split,
-  as stored (full size)."""
-  path = data_dir_lib.find_file(
-    data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
-  )
+  as stored (full size): `emnist_byclass_test.npz`, else a prepared TFDS
+  `emnist/byclass` (no files named).
+
+  Raises:
+    DataNotFoundError: Neither is found (one line naming both).
+  """
+  try:
+    path = data_dir_lib.find_file(
+      data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
+    )
+  except data_dir_lib.DataNotFoundError as npz_error:
+    try:
+      splits, _ = tfds_data.emnist_arrays(
+        data_dir, ('byclass', 'digits'), splits=('test',)
+      )
+    except data_dir_lib.DataNotFoundError as tfds_error:
+      raise data_dir_lib.not_found(
+        npz_error.tried + tfds_error.tried, _EMNIST_SOURCE
+      ) from None
+    return (*splits['test'], ())
   data_dir_lib.record_read('EMNIST ByClass test split (public)', [path])
   with np.load(path) as d:
     return d['x_test'], d['y_test'], (str(path),)

@@ -14,7 +14,8 @@ STUDIES: dict[str, Study] = {}
 # The compressions of the issue: upload d / b.
 COMPRESSIONS = (10, 30, 100, 300, 1000)
 
-_COLUMNS = tuple(
+# Seed 001's columns less the paper's and CMP-Fed's.
+COLUMNS_DP_FEDAVG = tuple(
   c
   for c in COLUMNS_001
   if c
@@ -27,12 +28,13 @@ _COLUMNS = tuple(
     'U / V clipped',
   )
 )
+_NOISE = COLUMNS_DP_FEDAVG.index('noise multiplier') + 1
 _COLUMNS = (
-  *_COLUMNS[: _COLUMNS.index('noise multiplier') + 1],
+  *COLUMNS_DP_FEDAVG[:_NOISE],
   'sketch rows b',
   'median ||mu|| / C',
   'added error / noise: predicted / measured',
-  *_COLUMNS[_COLUMNS.index('noise multiplier') + 1 :],
+  *COLUMNS_DP_FEDAVG[_NOISE:],
 )
 
 

@@ -3,7 +3,7 @@ against our tuned DP-FedAvg from scratch at equal epsilon in seed 000's
 EMNIST regime."""
 
 from benchmarks.studies.seed000 import REGIME_000
-from benchmarks.studies.seed001 import COLUMNS_001
+from benchmarks.studies.linear_compression import COLUMNS_DP_FEDAVG
 from benchmarks.studies.study import reseeded
 from benchmarks.studies.study import Row
 from benchmarks.studies.study import Study
@@ -54,17 +54,5 @@ model (no private round) is in benchmarks/results/public_only.md.
   metric='test_accuracy',
   common=dict(REGIME_000, method='dp_fedavg', rounds=300, eval_every=10),
   rows=_ROWS + reseeded(_ROWS[0], (1, 2)),
-  columns=tuple(
-    c
-    for c in COLUMNS_001
-    if c
-    not in (
-      'paper',
-      'U signal share',
-      'V signal share',
-      'C1 / C2',
-      'mean ||U_i|| / ||V_i|| / ||vectors||',
-      'U / V clipped',
-    )
-  ),
+  columns=COLUMNS_DP_FEDAVG,
 )

@@ -25,16 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from tff_dp.tasks import data_dir as data_dir_lib
-from tff_dp.tasks import tfds_data
-
-_EMNIST_SOURCE = (
-  'EMNIST ByClass test split as emnist_byclass_test.npz '
-  '(keys x_test, y_test; see the data README), or as a prepared TFDS '
-  "emnist/byclass or emnist/digits (tfds.builder('emnist/byclass')."
-  'download_and_prepare(), in ~/tensorflow_datasets or $TFDS_DATA_DIR).'
-)
-
+from tff_dp.tasks import public as public_sets
 
 MODES = ('random', 'first_per_class')
 BATCH_SIZE = 10
@@ -48,22 +39,8 @@ def check_mode(mode: str) -> None:
 
 def _emnist_test_split(data_dir) -> tuple[np.ndarray, np.ndarray]:
   """EMNIST test images (uint8, upright, ink high) and labels (0-9: digits)."""
-  try:
-    path = data_dir_lib.find_file(
-      data_dir, ['emnist_byclass_test.npz'], source_hint=_EMNIST_SOURCE
-    )
-  except data_dir_lib.DataNotFoundError as npz_error:
-    try:
-      splits, _ = tfds_data.emnist_arrays(
-        data_dir, ('byclass', 'digits'), splits=('test',)
-      )
-    except data_dir_lib.DataNotFoundError as tfds_error:
-      raise data_dir_lib.not_found(
-        npz_error.tried + tfds_error.tried, _EMNIST_SOURCE
-      ) from None
-    return splits['test']
-  with np.load(path) as d:
-    return d['x_test'], d['y_test']
+  x, y, _ = public_sets.load_emnist_byclass_test(data_dir)
+  return x, y
 
 
 def public_batch(
