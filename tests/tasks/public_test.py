@@ -2,7 +2,10 @@
 
 import dataclasses
 import functools
+import gzip
+import io
 import pickle
+import zipfile
 
 import numpy as np
 import pytest
@@ -10,6 +13,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_dp.tasks import client_data
+from tff_dp.tasks import data_dir
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics
 from tff_dp.tasks import models
 from tff_dp.tasks import partial_training
@@ -150,3 +155,86 @@ def test_frozen_warm_start_of_the_emnist_cnn_holds_through_tff():
   assert [g.shape for g in got] == [w.shape for w in want]
   for g, w in zip(got, want):
     np.testing.assert_array_equal(g, w)
+
+
+def _idx_gz(array) -> bytes:
+  header = bytes([0, 0, 8, array.ndim]) + b''.join(
+    int(d).to_bytes(4, 'big') for d in array.shape
+  )
+  return gzip.compress(header + array.astype(np.uint8).tobytes(), mtime=0)
+
+
+@pytest.fixture
+def nist_archive(tmp_path, monkeypatch, serve_source):
+  """A tiny NIST `gzip.zip` (7 raw, transposed ByClass test images, 3
+  digits, 2 upper and 2 lower case) served on 127.0.0.1; no local copy
+  anywhere. Returns the upright images and labels it holds."""
+  rng = np.random.default_rng(3)
+  upright = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
+  labels = np.array([0, 9, 10, 35, 36, 61, 5], np.uint8)
+  archive = io.BytesIO()
+  with zipfile.ZipFile(archive, 'w') as z:
+    z.writestr(
+      'gzip/emnist-byclass-test-images-idx3-ubyte.gz',
+      _idx_gz(upright.transpose(0, 2, 1)),
+    )
+    z.writestr('gzip/emnist-byclass-test-labels-idx1-ubyte.gz', _idx_gz(labels))
+    z.writestr('gzip/emnist-digits-test-labels-idx1-ubyte.gz', b'unused')
+  monkeypatch.setattr(
+    public,
+    'EMNIST_REMOTE',
+    serve_source(public.EMNIST_REMOTE, {'gzip.zip': archive.getvalue()}),
+  )
+  monkeypatch.setattr(public, 'EMNIST_BYCLASS_TEST_COUNTS', (7, 3, 2, 2))
+  (tmp_path / 'empty').mkdir()
+  monkeypatch.setenv(data_dir.DATA_DIR_ENV, str(tmp_path / 'empty'))
+  monkeypatch.setenv(data_dir.CACHE_DIR_ENV, str(tmp_path / 'cache'))
+  monkeypatch.setenv('TFDS_DATA_DIR', str(tmp_path / 'no_tfds'))
+  monkeypatch.delenv(download.NO_DOWNLOAD_ENV, raising=False)
+  monkeypatch.setenv('no_proxy', '127.0.0.1,localhost')
+  return upright, labels
+
+
+def test_emnist_byclass_is_built_from_nists_archive_then_kept(
+  nist_archive, tmp_path
+):
+  upright, labels = nist_archive
+  x, y, files = public.load_emnist_byclass_test()
+  np.testing.assert_array_equal(x, upright)  # Transposed back upright.
+  np.testing.assert_array_equal(y, labels)
+  kept = tmp_path / 'cache' / 'emnist_byclass_test.npz'
+  assert files == (str(kept),)
+  with np.load(kept) as d:
+    assert d['mapping'].tobytes() == (
+      b'0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+    )
+  # Only the split is kept (the archive is 562 MB), and it serves offline.
+  assert not (tmp_path / 'cache' / 'emnist-nist' / 'gzip.zip').exists()
+  with download.allowed(False):
+    x2, _, files2 = public.load_emnist_byclass_test()
+  np.testing.assert_array_equal(x2, upright)
+  assert files2 == files
+
+
+def test_emnist_byclass_of_other_counts_is_refused(nist_archive, tmp_path):
+  public.EMNIST_BYCLASS_TEST_COUNTS = (7, 4, 2, 1)  # Restored by monkeypatch.
+  with pytest.raises(
+    download.DownloadError, match=r'\(7, 3, 2, 2\), not .*\(7, 4, 2, 1\)'
+  ):
+    public.load_emnist_byclass_test()
+  assert not (tmp_path / 'cache' / 'emnist_byclass_test.npz').exists()
+
+
+def test_emnist_byclass_offline_is_one_line_naming_where_to_put_it(
+  nist_archive, tmp_path
+):
+  with (
+    download.allowed(False),
+    pytest.raises(data_dir.DataNotFoundError) as error,
+  ):
+    public.load_emnist_byclass_test()
+  message = str(error.value)
+  assert '\n' not in message
+  assert str(tmp_path / 'empty' / 'emnist_byclass_test.npz') in message
+  assert str(tmp_path / 'cache' / 'emnist_byclass_test.npz') in message
+  assert 'gzip.zip' in message and 'downloads are off' in message
