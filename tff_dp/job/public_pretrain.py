@@ -8,10 +8,12 @@ client's data is read, so the release costs no privacy), and the run's
 summary says which public data, how much training and what it cost. The
 weights are kept in the run folder (`public_pretrain_weights.npz`; public,
 derived from public data only), so a resumed run starts from the same ones
-without training again.
+without training again; within one process a pretraining is done once
+(the clip probe, `--clip_from_fedavg_rounds`, and its run share it).
 """
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 import time
@@ -78,6 +80,29 @@ def pretrain(
   return tuple(w.numpy() for w in model.weights), report
 
 
+# This process's last pretraining: (what determines it, weights, report).
+# Pretraining is deterministic; the clip probe and its run share it.
+_LAST: list = [None, None, None]
+
+
+def _determined_by(task, public, how) -> tuple:
+  """What fixes a pretraining's result: the public examples, the settings
+  and the model's initial weights."""
+  digest = hashlib.sha256()
+  for w in task.model_builder().weights:
+    digest.update(f'{w.dtype.name}{tuple(w.shape)};'.encode())
+    digest.update(w.numpy().tobytes())
+  return (public.content_sha256, how, digest.hexdigest())
+
+
+def _pretrained(task, public, how) -> tuple[tuple[np.ndarray, ...], dict]:
+  """`pretrain`'s result, once per process for the same inputs."""
+  key = _determined_by(task, public, how)
+  if _LAST[0] != key:
+    _LAST[:] = [key, *pretrain(task, public, how)]
+  return _LAST[1], _LAST[2]
+
+
 # What a kept warm start must match to be reused.
 _SETTINGS = ('steps', 'batch_size', 'learning_rate', 'seed')
 
@@ -115,7 +140,7 @@ def warm_started(
     with np.load(weights_path) as saved:
       weights = tuple(saved[f'w{i}'] for i in range(len(saved.files)))
   else:
-    weights, report = pretrain(task, public, how)
+    weights, report = _pretrained(task, public, how)
     if run_dir is not None:
       run_dir.mkdir(parents=True, exist_ok=True)
       # The report first, the weights last: weights on disk mean both are.

@@ -180,3 +180,30 @@ def test_public_data_without_a_warm_start_is_refused(tmp_path, monkeypatch):
   _register(monkeypatch)
   with pytest.raises(ValueError, match='set --public_pretrain_steps'):
     _config(tmp_path, 'x', public_data='tiny_public').validate()
+
+
+def test_the_clip_probe_and_its_run_share_one_pretraining(
+  tmp_path, monkeypatch
+):
+  _register(monkeypatch)
+  calls = []
+  real = public_pretrain.pretrain
+
+  def counted(*args):
+    calls.append(args[2])
+    return real(*args)
+
+  monkeypatch.setattr(public_pretrain, 'pretrain', counted)
+  monkeypatch.setattr(public_pretrain, '_LAST', [None, None, None])
+  probe = training.ClipProbe(clip_from_fedavg_rounds=1, clip_fraction=0.5)
+  summary = training.run_experiment(
+    _config(tmp_path, 'probed', **WARM), clip_probe=probe
+  )
+  assert len(calls) == 1
+  assert 'FedAvg' in summary['config']['clip_source']
+  assert (tmp_path / 'probed' / public_pretrain.WEIGHTS_FILE).exists()
+  # Other settings train again.
+  training.run_experiment(
+    _config(tmp_path, 'other', **dict(WARM, public_pretrain_steps=21))
+  )
+  assert [how.steps for how in calls] == [20, 21]
