@@ -8,6 +8,9 @@ first private round, and the bar the private rounds must clear (issue
 
   python -m benchmarks.public_only --task=emnist \
     --public_data=emnist_byclass_test --steps=2000 --seed=0
+  python -m benchmarks.public_only --task=fashion_mnist_iid \
+    --task_option=public_clients=60 --public_data=fashion_mnist_opt_in \
+    --steps=500 --seed=0
 
 On `emnist` the test examples are the writers' own (held by clients); the
 score reads them as any research row does.
@@ -22,9 +25,13 @@ import numpy as np
 from benchmarks import results_table
 from tff_dp import tasks
 from tff_dp.job import public_pretrain
+from tff_dp.methods import settings
 from tff_dp.tasks import public
 
 _TASK = flags.DEFINE_string('task', 'emnist', 'Task.')
+_TASK_OPTIONS = flags.DEFINE_multi_string(
+  'task_option', [], 'NAME=VALUE task options, as in tff_dp.run.'
+)
 _PUBLIC = flags.DEFINE_string(
   'public_data', 'emnist_byclass_test', 'Public set.'
 )
@@ -66,7 +73,8 @@ def test_accuracy(task, weights) -> float:
 def main(argv):
   del argv
   start = time.perf_counter()
-  task = tasks.load_task(_TASK.value, model_seed=_SEED.value)
+  options = dict(settings.parse_task_options(_TASK_OPTIONS.value))
+  task = tasks.load_task(_TASK.value, model_seed=_SEED.value, **options)
   data = public.load(_PUBLIC.value, task)
   how = public_pretrain.Pretraining(
     steps=_STEPS.value,
@@ -76,10 +84,15 @@ def main(argv):
   )
   weights, report = public_pretrain.pretrain(task, data, how)
   accuracy = test_accuracy(task, weights)
-  name = f'{_TASK.value}_{_PUBLIC.value}_{_STEPS.value}_seed{_SEED.value}'
+  name = '_'.join(
+    [_TASK.value, *(f'{k}{v}' for k, v in sorted(options.items()))]
+    + [_PUBLIC.value, str(_STEPS.value), f'seed{_SEED.value}']
+  )
   row = {
     'row': name,
-    'task': _TASK.value,
+    'task': ' '.join(
+      [_TASK.value, *(f'{k}={v}' for k, v in sorted(options.items()))]
+    ),
     'public set': _PUBLIC.value,
     'steps': _STEPS.value,
     'batch': _BATCH.value,

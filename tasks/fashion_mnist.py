@@ -114,6 +114,7 @@ def load_fashion_mnist(
   partition_seed: int = 0,
   model: str = 'cnn',
   model_seed: int = 0,
+  public_clients: int = 0,
 ) -> task_lib.FederatedTask:
   """Federated Fashion-MNIST.
 
@@ -125,6 +126,11 @@ def load_fashion_mnist(
     partition_seed: Seed of the split.
     model: 'cnn' (McMahan et al., 1,663,370 params) or 'mlp' (200 hidden).
     model_seed: Seed of the initial weights.
+    public_clients: Clients who opt in to share their data (the public-data
+      FL literature's opt-in users): that many of the `num_clients`, drawn
+      by `partition_seed`, are held out of training and their examples
+      kept as the task's `public_x` / `public_y` (the public set
+      `fashion_mnist_opt_in`; FL-TOP's public batch); 0 for none.
 
   Raises:
     DataNotFoundError: If no source is found.
@@ -140,6 +146,31 @@ def load_fashion_mnist(
     )
     split = f'{labels_per_client} labels per client'
   x_train = x_train[..., None]
+  public_x = public_y = None
+  if public_clients:
+    if not (
+      isinstance(public_clients, (int, np.integer))
+      and 0 < public_clients < num_clients
+    ):
+      raise ValueError(
+        f'public_clients must be an integer in [0, {num_clients - 1}] (the '
+        f'clients who opt in, of num_clients). Found {public_clients!r}.'
+      )
+    # Public randomness, apart from the split's own draws.
+    opted = np.zeros(num_clients, bool)
+    opted[
+      np.random.default_rng([partition_seed, 1]).choice(
+        num_clients, public_clients, replace=False
+      )
+    ] = True
+    rows = np.sort(np.concatenate([parts[i] for i in np.flatnonzero(opted)]))
+    public_x = x_train[rows].astype(np.float32) / 255.0
+    public_y = y_train[rows].astype(np.int32)
+    parts = [p for p, o in zip(parts, opted) if not o]
+    split += (
+      f', {public_clients} opt-in clients ({len(rows):,} examples) held '
+      'out as public data'
+    )
   train = client_data_lib.ArrayClientData(x_train, y_train, parts)
   builders = {
     'cnn': lambda: models.create_cnn_mcmahan((28, 28, 1), 10, model_seed),
@@ -160,6 +191,8 @@ def load_fashion_mnist(
     ),
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=10,
+    public_x=public_x,
+    public_y=public_y,
     description=(
       f'Fashion-MNIST, {num_clients} clients, {split} '
       f'(seed {partition_seed}); model {model}'

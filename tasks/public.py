@@ -14,6 +14,10 @@ Sets:
     Database 19, so writers may be shared even where no image matches
     exactly (FEMNIST's images are re-cropped): an exact-match check cannot
     prove the writers disjoint, and the run's summary says so.
+  fashion_mnist_opt_in: for the Fashion-MNIST tasks, the examples of the
+    clients who opt in to share their data (`--task_option=public_clients=N`
+    holds N clients out of training; the opt-in users of the public-data FL
+    literature).
 """
 
 import dataclasses
@@ -318,22 +322,43 @@ class PublicSet:
 
   Attributes:
     tasks: The tasks it may warm-start.
-    loader: `data_dir -> (x uint8 [n, H, W], y, files read)`, the images
-      as the source stores them (the overlap check compares these).
+    loader: `(data_dir, task) -> (x uint8 [n, H, W], y, files read)`, the
+      images as the source stores them (the overlap check compares these).
     caveat: What the exact-match overlap check cannot show.
     transform: Maps the kept images to the clients' style, or None.
   """
 
   tasks: tuple[str, ...]
-  loader: Callable[[Optional[data_dir_lib.PathLike]], tuple]
+  loader: Callable[
+    [Optional[data_dir_lib.PathLike], task_lib.FederatedTask], tuple
+  ]
   caveat: str = ''
   transform: Optional[Callable[[np.ndarray], np.ndarray]] = None
+
+
+def opted_in(
+  data_dir: Optional[data_dir_lib.PathLike], task: task_lib.FederatedTask
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """The examples of the task's opt-in clients (`task.public_x`, held out
+  of training by the task option `public_clients`), as uint8 images.
+
+  Raises:
+    ValueError: If the task holds none out.
+  """
+  del data_dir  # Read with the task.
+  if task.public_x is None:
+    raise ValueError(
+      f'public_data needs clients who opt in: --task_option=public_clients=N '
+      f"with N > 0 holds N of task {task.name!r}'s clients out of training "
+      'as public data. Found none held out.'
+    )
+  return to_uint8(task.public_x), task.public_y, ()
 
 
 SETS = {
   'emnist_byclass_test': PublicSet(
     tasks=('emnist',),
-    loader=load_emnist_byclass_test,
+    loader=lambda data_dir, task: load_emnist_byclass_test(data_dir),
     caveat=(
       'EMNIST ByClass and LEAF FEMNIST are both renderings of NIST SD19: '
       "the set may hold the clients' writers, even their own characters "
@@ -341,6 +366,16 @@ SETS = {
       'as public data assumes it does not.'
     ),
     transform=half_size,
+  ),
+  'fashion_mnist_opt_in': PublicSet(
+    tasks=('fashion_mnist',),
+    loader=opted_in,
+    caveat=(
+      "The opt-in clients' own examples, held out of training "
+      '(--task_option=public_clients): public because those users chose to '
+      'share them, an assumption about them no check can make; their share '
+      'of the population is a setting of the run.'
+    ),
   ),
 }
 
@@ -366,7 +401,7 @@ def load(
       f'public_data {name!r} is for task(s) {list(declared.tasks)}, not '
       f'{task.name!r}. No public set is declared for {task.name!r} yet.'
     )
-  x, y, files = declared.loader(data_dir)
+  x, y, files = declared.loader(data_dir, task)
   return from_arrays(
     name,
     x,

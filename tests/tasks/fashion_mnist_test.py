@@ -79,3 +79,27 @@ def test_bad_model_name(shared_data_dir):
 def test_labels_per_client_more_than_classes(shared_data_dir):
   with pytest.raises(ValueError, match=r'labels_per_client .*\[1, 10\]'):
     fashion_mnist.load_fashion_mnist(shared_data_dir, labels_per_client=11)
+
+
+def test_opt_in_clients_are_held_out_as_public_data(shared_data_dir):
+  task = fashion_mnist.load_fashion_mnist(shared_data_dir, public_clients=60)
+  cd = task.train_data
+  assert len(cd.client_ids) == 5940
+  assert task.public_x.shape == (600, 28, 28, 1)
+  assert task.public_x.dtype == np.float32 and task.public_y.dtype == np.int32
+  # Every training image is a client's or an opt-in client's, not both.
+  x_all, _, _, _ = fashion_mnist.load_arrays(shared_data_dir)
+  clients_x, _ = cd.all_arrays()
+  public_u8 = np.rint(task.public_x[..., 0] * 255).astype(np.uint8)
+  pixels = {x.tobytes() for x in clients_x[..., 0]}
+  assert not any(x.tobytes() in pixels for x in public_u8)
+  assert len(pixels) + len(public_u8) == len({x.tobytes() for x in x_all})
+  # The draw is the split seed's.
+  again = fashion_mnist.load_fashion_mnist(shared_data_dir, public_clients=60)
+  np.testing.assert_array_equal(again.public_y, task.public_y)
+
+
+@pytest.mark.parametrize('bad', [-1, 6000, 2.5])
+def test_public_clients_out_of_range_is_named(shared_data_dir, bad):
+  with pytest.raises(ValueError, match=r'public_clients .*\[0, 5999\]'):
+    fashion_mnist.load_fashion_mnist(shared_data_dir, public_clients=bad)

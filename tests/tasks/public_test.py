@@ -238,3 +238,21 @@ def test_emnist_byclass_offline_is_one_line_naming_where_to_put_it(
   assert str(tmp_path / 'empty' / 'emnist_byclass_test.npz') in message
   assert str(tmp_path / 'cache' / 'emnist_byclass_test.npz') in message
   assert 'gzip.zip' in message and 'downloads are off' in message
+
+
+def test_opt_in_clients_are_a_public_set_for_their_task():
+  task = tiny_task('fashion_mnist')
+  with pytest.raises(ValueError, match='public_clients=N'):
+    public.load('fashion_mnist_opt_in', task)
+  rng = np.random.default_rng(5)
+  held = rng.integers(0, 256, (7, 4, 4, 1), dtype=np.uint8)
+  task = dataclasses.replace(
+    task,
+    public_x=held.astype(np.float32) / 255.0,
+    public_y=np.arange(7, dtype=np.int32) % 3,
+  )
+  data = public.load('fashion_mnist_opt_in', task)
+  assert data.removed == 0 and data.files == ()
+  np.testing.assert_array_equal(public.to_uint8(data.x), held[..., 0])
+  np.testing.assert_array_equal(data.y, np.arange(7) % 3)
+  assert 'opt' in data.caveat

@@ -52,7 +52,7 @@ def _register(monkeypatch):
   monkeypatch.setitem(
     public.SETS,
     'tiny_public',
-    public.PublicSet(('tiny_images',), lambda d: (public_x, public_y, ())),
+    public.PublicSet(('tiny_images',), lambda d, t: (public_x, public_y, ())),
   )
   return task
 
