@@ -36,6 +36,18 @@ _ROWS = (
     'DP-FedAvg, warm start, dense and output layers',
     dict(PRETRAIN, train_layers=HEAD),
   ),
+  # Rank-8 adapters on dense1 (8 x (9,216 + 128) = 74,752) and the other
+  # layers in full (26,814): 101,566 trained, 11.9x less up.
+  Row(
+    'warm_adapters',
+    'DP-FedAvg, warm start, rank-8 adapters on dense1, other layers',
+    dict(
+      PRETRAIN,
+      adapter_layers='dense1',
+      adapter_rank=8,
+      train_layers='conv1,conv2,logits',
+    ),
+  ),
 )
 
 STUDIES['public_warm_emnist'] = Study(
@@ -46,7 +58,8 @@ Issue #105: the model is first trained centrally on the public set
 image match with the 300 LEAF writers; `tff_dp.tasks.public`), then privately
 as DP-FedAvg in seed 000's regime: 300 LEAF writers, q = 0.1, (6, 1/300)-DP
 over 300 rounds, clip 0.03, 30 local steps of batch 64, CNN-2-layers.
-`warm_*` rows train all layers or only the named ones (`--train_layers`).
+`warm_*` rows train all layers, only the named ones (`--train_layers`),
+or low-rank adapters beside frozen layers (`--adapter_layers`).
 The reference is our DP-FedAvg from scratch in the same regime:
 `dp_fedavg_300` and its `_seed1` / `_seed2` in
 benchmarks/results/seed000_regime.md, 58.53-60.28% final; the public-only
@@ -89,6 +102,19 @@ _FASHION_ROWS = (
     'DP-FedAvg clip 0.5, warm start, output layer only',
     dict(PRETRAIN_FASHION, train_layers='logits'),
   ),
+  # Rank-8 adapters on dense1 (8 x (3,136 + 512) = 29,184) and the other
+  # layers in full (57,226): 86,410 trained, 19.2x less up.
+  Row(
+    'warm_adapters',
+    'DP-FedAvg clip 0.5, warm start, rank-8 adapters on dense1, other '
+    'layers',
+    dict(
+      PRETRAIN_FASHION,
+      adapter_layers='dense1',
+      adapter_rank=8,
+      train_layers=CONVS_LOGITS,
+    ),
+  ),
   Row(
     'warm_all_srht100x',
     'DP-FedAvg clip 0.5, warm start, all layers, SRHT interleaved 100x',
@@ -114,8 +140,8 @@ split seed, held out of training; the public set `fashion_mnist_opt_in`).
 The model is first trained centrally on them, then privately as
 DP-FedAvg over the other 5,940 clients in seed 001's setting: q = 1/60,
 (1, 1e-4)-DP over 180 rounds, clip 0.5, 10 local steps of batch 10.
-`warm_*` rows train all layers or only the named ones (`--train_layers`);
-`scratch` trains from random weights on the same 5,940 clients. The
+`warm_*` rows train all layers, only the named ones (`--train_layers`),
+or low-rank adapters beside frozen layers (`--adapter_layers`); `scratch` trains from random weights on the same 5,940 clients. The
 reference is our tuned DP-FedAvg from scratch on all 6,000 clients:
 `dp_fedavg_clip0.5_180` and its `_seed1` / `_seed2` in
 benchmarks/results/seed001_iid.md, 82.38-82.75% final; the public-only

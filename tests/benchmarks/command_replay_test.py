@@ -152,6 +152,9 @@ DEFAULT_CHANGES = (
 # Every runner flag's default at the last review of DEFAULT_CHANGES.
 DEFAULTS = {
   'accountant': 'rdp',
+  # Issue #105 (2026-12-05): no row ran with adapters before.
+  'adapter_layers': [],
+  'adapter_rank': 4,
   'allow_noise_seed_reuse': False,
   'background_evaluation': True,
   'bands': 'auto',

@@ -114,7 +114,7 @@ def _each_flag_moves_its_field_alone() -> int:
       value = _valid_other_value(flag, methods.METHODS[method].options)
     elif flag.name == 'task_option':
       value = ['alpha=0.5', 'model=mlp']
-    elif flag.name == 'train_layers':
+    elif flag.name in ('train_layers', 'adapter_layers'):
       value = ['dense1,logits', 'conv2']
     elif flag.name == 'workers':
       value = 'localhost:8000'  # Checked on creation: host:port items.
@@ -133,6 +133,7 @@ def _each_flag_moves_its_field_alone() -> int:
     expected = {
       'task_option': (('alpha', 0.5), ('model', 'mlp')),
       'train_layers': ('dense1', 'logits', 'conv2'),
+      'adapter_layers': ('dense1', 'logits', 'conv2'),
     }.get(flag.name, value)
     assert getattr(config, field) == expected, flag.name
     # And only that field moved from what the default flags give.

@@ -17,6 +17,7 @@ from tff_dp import methods as methods_lib
 from tff_dp.job import noise_plan
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
+from tff_dp.tasks import adapters
 from tff_dp.tasks import partial_training
 from tff_dp.tasks import public as public_sets
 from tff_dp.job import public_pretrain
@@ -76,9 +77,9 @@ def prepare(config: ExperimentConfig) -> Prepared:
   )
   public_report = None
   if config.public_pretrain_steps:
-    train_only(task, config.train_layers)  # Bad names fail before training.
+    trained_part(config, task)  # Bad names fail before training.
     task, public_report = warm_start(config, task)
-  task = train_only(task, config.train_layers)
+  task = trained_part(config, task)
   num_clients = len(task.train_data.client_ids)
   delta = None
   if method.private:
@@ -144,6 +145,50 @@ def warm_start(
     return public_pretrain.warm_started(task, public, how, run_dir)
   except public_pretrain.OtherPublicData as e:
     raise ConfigError(str(e)) from None
+
+
+def trained_part(
+  config: ExperimentConfig, task: tasks_lib.FederatedTask
+) -> tasks_lib.FederatedTask:
+  """`task` with its model training only what the config names: adapters
+  on `--adapter_layers` and the `--train_layers` (`adapted`), else the
+  `--train_layers` (`train_only`), else everything.
+
+  Raises:
+    ConfigError: naming the bad layer names or rank.
+  """
+  if config.adapter_layers:
+    return adapted(
+      task,
+      config.adapter_layers,
+      config.adapter_rank,
+      config.train_layers,
+      config.seed,
+    )
+  return train_only(task, config.train_layers)
+
+
+def adapted(
+  task: tasks_lib.FederatedTask,
+  layers: tuple[str, ...],
+  rank: int,
+  also_train: tuple[str, ...],
+  seed: Optional[int],
+) -> tasks_lib.FederatedTask:
+  """`task` whose model trains rank-`rank` adapters on `layers` and, in
+  full, `also_train`; the rest frozen (`--adapter_layers`).
+
+  Raises:
+    ConfigError: naming the bad layer names or rank, and what is allowed.
+  """
+  builder = adapters.Adapters(
+    task.model_builder, layers, rank, also_train=also_train, seed=seed
+  )
+  try:
+    builder()
+  except ValueError as e:
+    raise ConfigError(f'--{e}') from None
+  return dataclasses.replace(task, model_builder=builder)
 
 
 def train_only(

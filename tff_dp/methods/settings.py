@@ -123,16 +123,20 @@ def _public_sets() -> tuple[str, ...]:
   return tuple(sorted(public_sets.SETS))
 
 
-def parse_layer_names(items) -> tuple[str, ...]:
+def parse_layer_names(items, flag: str = 'train_layers') -> tuple[str, ...]:
   """`['dense1,logits', 'conv2']` -> `('dense1', 'logits', 'conv2')`."""
   names = [n.strip() for item in items for n in item.split(',')]
   if not all(names):
     raise ValueError(
-      f'--train_layers must be layer names, comma separated. Found {items!r}.'
+      f'--{flag} must be layer names, comma separated. Found {items!r}.'
     )
   if len(set(names)) != len(names):
-    raise ValueError(f'--train_layers names a layer twice. Found {items!r}.')
+    raise ValueError(f'--{flag} names a layer twice. Found {items!r}.')
   return tuple(names)
+
+
+def parse_adapter_layers(items) -> tuple[str, ...]:
+  return parse_layer_names(items, 'adapter_layers')
 
 
 def _bands(name, value):
@@ -463,8 +467,23 @@ class RunSettings:
     'with weights are named conv1, conv2, dense1, ..., logits); the rest '
     'stay at their initial (or warm-started) weights. Clients clip, noise '
     'and upload only the trained part: d, the noise calibration, the bytes '
-    'up and the ledger follow. Default: all layers.',
+    'up and the ledger follow. Default: all layers (with '
+    '--adapter_layers: none but the adapters).',
     parse=parse_layer_names,
+  )
+  adapter_layers: tuple[str, ...] = _setting(
+    (),
+    'Train low-rank adapters on these Dense or Conv2D layers, by name '
+    '(LoRA: y = activation(W x + b + B(A x)), W and b frozen, B starting at '
+    'zero); with them only the adapters and --train_layers train. Default: '
+    'none.',
+    parse=parse_adapter_layers,
+  )
+  adapter_rank: int = _setting(
+    4,
+    'Rank of the --adapter_layers adapters (integer >= 1, below each '
+    "adapted layer's inputs and outputs).",
+    check=_INT1,
   )
   release_non_private_metrics: bool = _setting(
     False,

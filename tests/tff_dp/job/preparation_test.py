@@ -85,3 +85,45 @@ def test_train_layers_naming_a_missing_layer_is_a_config_error(tmp_path):
   config = job_testing.config(tmp_path, 'bad', train_layers=('conv1',))
   with pytest.raises(ConfigError, match=r"\['dense1', 'logits'\]"):
     preparation.prepare(config)
+
+
+def test_adapters_train_and_upload_only_their_factors_and_the_named_layers(
+  tmp_path,
+):
+  # The heart MLP: rank-2 adapters on dense1 (38 x 2 + 2 x 32), and logits
+  # (32 + 1) in full; dense1's 38 x 32 + 32 frozen.
+  config = job_testing.config(
+    tmp_path,
+    'adapters',
+    rounds=1,
+    adapter_layers=('dense1',),
+    adapter_rank=2,
+    train_layers=('logits',),
+  )
+  prepared = preparation.prepare(config)
+  assert prepared.params.num_model_params == 140 + 33
+  assert prepared.params.num_frozen_params == 1248
+  assert (prepared.cost.up, prepared.cost.down) == (4 * 173, 4 * 1421)
+  process = prepared.process
+  state = process.initialize()
+  before = process.get_model_weights(state)
+  ids = prepared.task.train_data.client_ids
+  state = process.next(state, prepared.round_data(config, ids, 0)).state
+  after = process.get_model_weights(state)
+  for a, b in zip(before.non_trainable, after.non_trainable):
+    np.testing.assert_array_equal(a, b)
+  assert [np.shape(w) for w in after.trainable] == [
+    (38, 2),
+    (2, 32),
+    (32, 1),
+    (1,),
+  ]
+  assert not np.allclose(before.trainable[1], after.trainable[1])
+
+
+def test_an_adapter_rank_too_large_is_a_config_error(tmp_path):
+  config = job_testing.config(
+    tmp_path, 'bad', adapter_layers=('dense1',), adapter_rank=32
+  )
+  with pytest.raises(ConfigError, match=r'--adapter_rank must be in \[1, 31\]'):
+    preparation.prepare(config)
