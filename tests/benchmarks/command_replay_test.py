@@ -200,6 +200,7 @@ DEFAULTS = {
   'eval_every': 1,
   'fraction_clipped_stddev': None,
   'fuse_client_work': False,
+  'initial_weights': None,
   'inter_op_threads': 4,
   'intra_op_threads': 1,
   'keep_checkpoints': False,

@@ -150,6 +150,12 @@ class ExperimentConfig(settings.RunSettings):
         f'public_data={self.public_data!r} is used only by a warm start: '
         'set --public_pretrain_steps >= 1 too.'
       )
+    if self.initial_weights is not None and self.public_pretrain_steps:
+      raise ValueError(
+        'Set one warm start: --initial_weights or --public_pretrain_steps, '
+        f'not both. Found initial_weights={self.initial_weights!r}, '
+        f'public_pretrain_steps={self.public_pretrain_steps!r}.'
+      )
     if self.public_pretrain_steps and self.public_data is None:
       raise ValueError(
         'public_pretrain_steps needs public data to train on: set '

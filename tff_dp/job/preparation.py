@@ -76,7 +76,7 @@ def prepare(config: ExperimentConfig) -> Prepared:
     **dict(config.task_kwargs),
   )
   public_report = None
-  if config.public_pretrain_steps:
+  if config.public_pretrain_steps or config.initial_weights:
     trained_part(config, task)  # Bad names fail before training.
     task, public_report = warm_start(config, task)
   task = trained_part(config, task)
@@ -125,11 +125,22 @@ def prepare(config: ExperimentConfig) -> Prepared:
 def warm_start(
   config: ExperimentConfig, task: tasks_lib.FederatedTask
 ) -> tuple[tasks_lib.FederatedTask, dict]:
-  """`task` starting from its pretraining on --public_data, and the report.
+  """`task` starting from its pretraining on --public_data (or from
+  --initial_weights), and the report.
 
   Raises:
-    ConfigError: If the public set is not one for the task.
+    ConfigError: If the public set is not one for the task, or the weights
+      file is missing or does not fit the model.
   """
+  run_dir = pathlib.Path(config.output_dir) if config.output_dir else None
+  if config.initial_weights:
+    path = pathlib.Path(config.initial_weights).expanduser()
+    try:
+      return public_pretrain.from_file(task, path, run_dir)
+    except public_pretrain.OtherPublicData as e:
+      raise ConfigError(str(e)) from None
+    except (ValueError, FileNotFoundError) as e:
+      raise ConfigError(f'--{e}') from None
   try:
     public = public_sets.load(config.public_data, task, config.data_dir)
   except ValueError as e:
@@ -140,7 +151,6 @@ def warm_start(
     learning_rate=config.public_pretrain_lr,
     seed=config.seed,
   )
-  run_dir = pathlib.Path(config.output_dir) if config.output_dir else None
   try:
     return public_pretrain.warm_started(task, public, how, run_dir)
   except public_pretrain.OtherPublicData as e:

@@ -74,6 +74,12 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       " (not client data; examples equal to a client's or a test example "
       'removed; summary "public_pretrain")'
     )
+  if config.initial_weights:
+    steps.append(
+      f'the initial model is loaded from {config.initial_weights!r}, which '
+      'the user states holds no client data of this run (summary '
+      '"public_pretrain": its SHA-256)'
+    )
   if config.options is not None:
     steps.extend(config.options.tuning_outside_ledger())
   return steps

@@ -10,6 +10,13 @@ weights are kept in the run folder (`public_pretrain_weights.npz`; public,
 derived from public data only), so a resumed run starts from the same ones
 without training again; within one process a pretraining is done once
 (the clip probe, `--clip_from_fedavg_rounds`, and its run share it).
+
+`--initial_weights=PATH` starts instead from a user's saved weights (a
+Keras `.weights.h5` / `.h5` / `.keras` file, or an `.npz` of `w0`, `w1`,
+... in `model.weights` order), which the user states are public: no
+client's data of this run went into them. They are kept in the run folder
+the same way, with the file's SHA-256; a resume refuses a file that
+changed.
 """
 
 import dataclasses
@@ -22,6 +29,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_dp.tasks import data_dir as data_dir_lib
 from tff_dp.tasks import public as public_lib
 from tff_dp.tasks import task as task_lib
 
@@ -80,6 +88,107 @@ def pretrain(
   return tuple(w.numpy() for w in model.weights), report
 
 
+WEIGHT_FILE_SUFFIXES = ('.npz', '.h5', '.keras')
+
+
+def load_weights(
+  task: task_lib.FederatedTask, path: pathlib.Path
+) -> tuple[np.ndarray, ...]:
+  """The weights in `path`, in the task model's `model.weights` order.
+
+  Raises:
+    ValueError: If the file's type is not one of `WEIGHT_FILE_SUFFIXES`,
+      or its weights do not fit the task's model (naming both shapes).
+    FileNotFoundError: If it does not exist.
+  """
+  if path.suffix not in WEIGHT_FILE_SUFFIXES:
+    raise ValueError(
+      f'initial_weights must be a file ending in one of '
+      f'{list(WEIGHT_FILE_SUFFIXES)} (Keras weights or a saved model, or '
+      f'an npz of w0, w1, ...). Found {str(path)!r}.'
+    )
+  if not path.is_file():
+    raise FileNotFoundError(f'initial_weights {str(path)!r} does not exist.')
+  model = task.model_builder()
+  want = [tuple(w.shape) for w in model.weights]
+  if path.suffix == '.npz':
+    with np.load(path) as saved:
+      names = [f'w{i}' for i in range(len(saved.files))]
+      if sorted(saved.files) != sorted(names):
+        raise ValueError(
+          f'initial_weights {str(path)!r} must hold arrays w0 ... '
+          f'w{len(want) - 1}. Found {sorted(saved.files)}.'
+        )
+      weights = tuple(saved[n] for n in names)
+  elif path.suffix == '.keras':
+    saved = tf.keras.models.load_model(path, compile=False)
+    weights = tuple(w.numpy() for w in saved.weights)
+  else:
+    try:
+      model.load_weights(path)
+    except ValueError as e:
+      raise ValueError(
+        f'initial_weights {str(path)!r} does not fit the task model '
+        f'{model.name!r} ({want}): {e}'
+      ) from None
+    weights = tuple(w.numpy() for w in model.weights)
+  got = [tuple(w.shape) for w in weights]
+  if got != want:
+    raise ValueError(
+      f'initial_weights {str(path)!r} holds weights of shapes {got}; the '
+      f'task model {model.name!r} has {want}.'
+    )
+  return weights
+
+
+def from_file(
+  task: task_lib.FederatedTask,
+  path: pathlib.Path,
+  run_dir: Optional[pathlib.Path] = None,
+) -> tuple[task_lib.FederatedTask, dict]:
+  """`task` with its model starting from the weights in `path`, and the
+  report for the summary; kept in `run_dir` (a resume reads them there, and
+  refuses a `path` whose SHA-256 changed).
+
+  Raises:
+    OtherPublicData: The run folder's kept weights came from elsewhere.
+    ValueError, FileNotFoundError: As `load_weights`.
+  """
+  weights_path = run_dir / WEIGHTS_FILE if run_dir else None
+  report_path = run_dir / REPORT_FILE if run_dir else None
+  sha256 = data_dir_lib.file_sha256(path) if path.is_file() else None
+  if weights_path is not None and weights_path.exists():
+    report = json.loads(report_path.read_text())
+    kept = report.get('initial_weights', {}).get('sha256')
+    if kept is None or (sha256 is not None and sha256 != kept):
+      source = report.get('initial_weights') or 'a public pretraining'
+      raise OtherPublicData(
+        f'{weights_path} came from {source}, not from {str(path)!r} '
+        f'(SHA-256 {sha256}); choose a new --root_output_dir.'
+      )
+    with np.load(weights_path) as saved:
+      weights = tuple(saved[f'w{i}'] for i in range(len(saved.files)))
+  else:
+    weights = load_weights(task, path)
+    report = {
+      'initial_weights': {'path': str(path), 'sha256': sha256},
+      'public': 'stated by the user: no client data of this run',
+    }
+    if run_dir is not None:
+      _keep(run_dir, weights, report)
+  builder = public_lib.WarmStart(task.model_builder, weights)
+  return dataclasses.replace(task, model_builder=builder), report
+
+
+def _keep(run_dir: pathlib.Path, weights, report: dict) -> None:
+  """The report first, the weights last: weights on disk mean both are."""
+  run_dir.mkdir(parents=True, exist_ok=True)
+  _write_atomically(run_dir / REPORT_FILE, json.dumps(report, indent=2) + '\n')
+  partial = run_dir / (WEIGHTS_FILE + '.partial.npz')
+  np.savez(partial, **{f'w{i}': w for i, w in enumerate(weights)})
+  partial.replace(run_dir / WEIGHTS_FILE)
+
+
 # This process's last pretraining: (what determines it, weights, report).
 # Pretraining is deterministic; the clip probe and its run share it.
 _LAST: list = [None, None, None]
@@ -125,8 +234,8 @@ def warm_started(
   report_path = run_dir / REPORT_FILE if run_dir else None
   if weights_path is not None and weights_path.exists():
     report = json.loads(report_path.read_text())
-    kept = (report['public_data']['content_sha256'],) + tuple(
-      report[k] for k in _SETTINGS
+    kept = (report.get('public_data', {}).get('content_sha256'),) + tuple(
+      report.get(k) for k in _SETTINGS
     )
     wanted = (public.content_sha256,) + tuple(
       dataclasses.asdict(how)[k] for k in _SETTINGS
@@ -142,11 +251,6 @@ def warm_started(
   else:
     weights, report = _pretrained(task, public, how)
     if run_dir is not None:
-      run_dir.mkdir(parents=True, exist_ok=True)
-      # The report first, the weights last: weights on disk mean both are.
-      _write_atomically(report_path, json.dumps(report, indent=2) + '\n')
-      partial = run_dir / (WEIGHTS_FILE + '.partial.npz')
-      np.savez(partial, **{f'w{i}': w for i, w in enumerate(weights)})
-      partial.replace(weights_path)
+      _keep(run_dir, weights, report)
   builder = public_lib.WarmStart(task.model_builder, weights)
   return dataclasses.replace(task, model_builder=builder), report

@@ -460,6 +460,14 @@ class RunSettings:
     'Learning rate of the warm start (SGD, momentum 0.9; > 0).',
     check=_POSITIVE,
   )
+  initial_weights: Optional[str] = _setting(
+    None,
+    "Warm start from a user's saved weights: a Keras .weights.h5 / .h5 / "
+    '.keras file or an .npz of w0, w1, ... in model.weights order, which '
+    'the user states are public (no client data of this run). No privacy '
+    "cost; the run's summary records the file and its SHA-256. Not with "
+    '--public_pretrain_steps.',
+  )
   train_layers: tuple[str, ...] = _setting(
     (),
     'Train only these layers of the model privately, by name (comma '

@@ -207,3 +207,82 @@ def test_the_clip_probe_and_its_run_share_one_pretraining(
     _config(tmp_path, 'other', **dict(WARM, public_pretrain_steps=21))
   )
   assert [how.steps for how in calls] == [20, 21]
+
+
+def _saved(tmp_path, task, suffix, scale=0.01):
+  """The task model's weights, changed, saved as `suffix`; and them."""
+  model = task.model_builder()
+  weights = [w + scale * (i + 1) for i, w in enumerate(model.get_weights())]
+  model.set_weights(weights)
+  path = tmp_path / f'mine{suffix}'
+  if suffix == '.npz':
+    np.savez(path, **{f'w{i}': w for i, w in enumerate(weights)})
+  elif suffix == '.keras':
+    model.save(path)
+  else:
+    model.save_weights(path)
+  return path, weights
+
+
+@pytest.mark.parametrize('suffix', ['.npz', '.weights.h5', '.keras'])
+def test_a_run_starts_from_the_users_saved_weights(
+  tmp_path, monkeypatch, suffix
+):
+  task = _register(monkeypatch)
+  path, want = _saved(tmp_path, task, suffix)
+  config = _config(tmp_path, 'mine', initial_weights=str(path))
+  summary = training.run_experiment(config)
+  report = summary['public_pretrain']
+  assert report['initial_weights']['sha256'] == (
+    tasks.data_dir.file_sha256(path)
+  )
+  prepared = preparation.prepare(config)  # A resume: the kept weights.
+  start = prepared.process.get_model_weights(prepared.process.initialize())
+  for got, w in zip(start.trainable, want):
+    np.testing.assert_array_equal(got, w)
+  # No privacy cost: the rounds' event alone.
+  event = dp_accounting.PoissonSampledDpEvent(
+    0.5, dp_accounting.GaussianDpEvent(0.5)
+  )
+  want_eps = dp_accounting.rdp.RdpAccountant().compose(event).get_epsilon(1e-3)
+  assert summary['epsilon_rdp'] == pytest.approx(want_eps, rel=1e-9)
+  assert any(
+    'loaded from' in s and str(path) in s
+    for s in summary['privacy']['tuning_outside_ledger']
+  )
+
+
+def test_a_resume_refuses_saved_weights_that_changed(tmp_path, monkeypatch):
+  task = _register(monkeypatch)
+  path, _ = _saved(tmp_path, task, '.npz')
+  config = _config(tmp_path, 'mine', initial_weights=str(path))
+  preparation.prepare(config)
+  _saved(tmp_path, task, '.npz', scale=0.02)
+  with pytest.raises(training.ConfigError, match='choose a new'):
+    preparation.prepare(config)
+
+
+@pytest.mark.parametrize(
+  'name, message',
+  [
+    ('mine.txt', r"ending in one of \['.npz', '.h5', '.keras'\]"),
+    ('absent.npz', 'does not exist'),
+    ('short.npz', r'holds weights of shapes \[\(36, 4\)\]'),
+  ],
+)
+def test_bad_saved_weights_are_named(tmp_path, monkeypatch, name, message):
+  _register(monkeypatch)
+  (tmp_path / 'mine.txt').write_text('weights')
+  np.savez(tmp_path / 'short.npz', w0=np.zeros((36, 4)))
+  config = _config(tmp_path, 'x', initial_weights=str(tmp_path / name))
+  with pytest.raises(
+    training.ConfigError, match=f'--initial_weights.*{message}'
+  ):
+    preparation.prepare(config)
+
+
+def test_one_warm_start_at_a_time(tmp_path, monkeypatch):
+  _register(monkeypatch)
+  config = _config(tmp_path, 'x', initial_weights='w.npz', **WARM)
+  with pytest.raises(ValueError, match='Set one warm start'):
+    config.validate()
