@@ -4,6 +4,7 @@ EMNIST regime and seed 001's Fashion-MNIST setting."""
 
 from benchmarks.studies.seed000 import REGIME_000
 from benchmarks.studies.seed001 import COMMON_001
+from benchmarks.studies.seed002 import STUDIES as STUDIES_002
 from benchmarks.studies.linear_compression import COLUMNS_DP_FEDAVG
 from benchmarks.studies.study import reseeded
 from benchmarks.studies.study import Row
@@ -141,7 +142,8 @@ The model is first trained centrally on them, then privately as
 DP-FedAvg over the other 5,940 clients in seed 001's setting: q = 1/60,
 (1, 1e-4)-DP over 180 rounds, clip 0.5, 10 local steps of batch 10.
 `warm_*` rows train all layers, only the named ones (`--train_layers`),
-or low-rank adapters beside frozen layers (`--adapter_layers`); `scratch` trains from random weights on the same 5,940 clients. The
+or low-rank adapters beside frozen layers (`--adapter_layers`);
+`scratch` trains from random weights on the same 5,940 clients. The
 reference is our tuned DP-FedAvg from scratch on all 6,000 clients:
 `dp_fedavg_clip0.5_180` and its `_seed1` / `_seed2` in
 benchmarks/results/seed001_iid.md, 82.38-82.75% final; the public-only
@@ -158,5 +160,25 @@ model (no private round) is in benchmarks/results/public_only.md.
     clip=0.5,
   ),
   rows=_FASHION_ROWS + reseeded(_FASHION_ROWS[0], (1, 2)),
+  columns=COLUMNS_DP_FEDAVG,
+)
+
+STUDIES['public_warm_emnist002'] = Study(
+  title="Warm starts on public data in seed 002's EMNIST setting",
+  notes="""
+Issue #105: the rows of `public_warm_emnist` (the same public set and
+warm start, 2,000 steps) in seed 002's EMNIST setting: 300 LEAF writers,
+q = 0.1, (4, 1/300)-DP over 30 rounds, clip 0.3, server lr 2, 10 local
+steps of batch 64, CNN-2-layers. The reference is our tuned DP-FedAvg
+from scratch in the same setting: `dp_fedavg_slr2_eqbytes` and its
+`_seed1` / `_seed2` in benchmarks/results/seed002_emnist.md, 57.61-59.23%
+final; the public-only model (no private round, 73.5-73.8%) is in
+benchmarks/results/public_only.md.
+""",
+  metric='test_accuracy',
+  common=dict(
+    STUDIES_002['seed002_emnist'].common, method='dp_fedavg', server_lr=2.0
+  ),
+  rows=_ROWS + reseeded(_ROWS[0], (1, 2)),
   columns=COLUMNS_DP_FEDAVG,
 )
