@@ -6,6 +6,7 @@ import re
 
 import dp_accounting
 from dp_accounting import rdp  # noqa: F401 (dp_accounting.rdp)
+import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -13,7 +14,12 @@ import tensorflow_federated as tff
 _ROOT = pathlib.Path(__file__).absolute().parents[1]
 _README = _ROOT / 'README.md'
 # The pages whose Python blocks run here (each block has a check below).
-_RUN = (_README, _ROOT / 'docs' / 'aggregators.md', _ROOT / 'docs' / 'tasks.md')
+_RUN = (
+  _README,
+  _ROOT / 'docs' / 'aggregators.md',
+  _ROOT / 'docs' / 'tasks.md',
+  _ROOT / 'docs' / 'public_data.md',
+)
 
 pytestmark = pytest.mark.usefixtures('shared_data_dir')
 
@@ -34,11 +40,12 @@ def _block_with(text: str) -> str:
 
 
 _CHECKED = (
-  'build_unweighted_fed_avg',
+  'build_unweighted_fed_avg(\n    task.model_fn',
   'build_weighted_fed_avg',
   'uv = cmp_fed.uv_fed(4)',
   'mf_strategy.optimize_banded',
   "tasks.load_task('fashion_mnist_5labels')",
+  'adapters.Adapters(',
 )
 
 
@@ -73,7 +80,7 @@ def test_docs_carry_no_dates(page):
 
 def test_drop_in_example_builds_a_learning_process():
   namespace = {}
-  exec(_block_with('build_unweighted_fed_avg'), namespace)  # pylint: disable=exec-used
+  exec(_block_with('build_unweighted_fed_avg(\n    task.model_fn'), namespace)  # pylint: disable=exec-used
   assert isinstance(
     namespace['process'], tff.learning.templates.LearningProcess
   )
@@ -168,3 +175,15 @@ def test_tasks_example_loads_a_task():
   assert len(task.train_data.client_ids) == 6000
   assert isinstance(task.model_builder(), tf.keras.Model)
   assert len(task.test_x) == len(task.test_y) == 10000
+
+
+def test_partial_training_example_trains_only_the_adapters_and_head():
+  namespace = {}
+  exec(_block_with('adapters.Adapters('), namespace)  # pylint: disable=exec-used
+  # dense1's A (8 x 2) and B (2 x 16), then logits' kernel and bias.
+  shapes = [tuple(w.shape) for w in namespace['trained']]
+  assert shapes == [(8, 2), (2, 16), (16, 3), (3,)]
+  state = namespace['state']
+  frozen = namespace['process'].get_model_weights(state).non_trainable
+  for got, want in zip(frozen, namespace['pretrained_weights'][:2]):
+    np.testing.assert_array_equal(got, want)
