@@ -81,7 +81,12 @@ _TEST_DEPS = {
   'tests/benchmarks/studies_test.py': ['//tff_dp:run'],
 }
 # The pages whose Python blocks docs_test runs (their imports are its deps).
-_DOC_EXAMPLES = ['//:README.md', '//:docs/aggregators.md', '//:docs/tasks.md']
+_DOC_EXAMPLES = [
+  '//:README.md',
+  '//:docs/aggregators.md',
+  '//:docs/tasks.md',
+  '//:docs/public_data.md',
+]
 _TEST_DATA = {
   'tests/layout_test.py': [
     '//aggregators:build_inputs',
