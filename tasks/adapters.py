@@ -33,7 +33,13 @@ import tensorflow as tf
 
 from tff_dp.tasks import partial_training
 
-ADAPTABLE = (tf.keras.layers.Dense, tf.keras.layers.Conv2D)
+def adaptable(layer: tf.keras.layers.Layer) -> bool:
+  """Whether `layer` takes adapters: a Dense, or a Conv2D with one group
+  (exactly those types: Conv2DTranspose subclasses Conv2D with another
+  kernel layout)."""
+  if type(layer) is tf.keras.layers.Dense:  # pylint: disable=unidiomatic-typecheck
+    return True
+  return type(layer) is tf.keras.layers.Conv2D and layer.groups == 1  # pylint: disable=unidiomatic-typecheck
 
 
 @tf.keras.utils.register_keras_serializable(package='tff_dp')
@@ -55,10 +61,10 @@ class LowRankAdapter(tf.keras.layers.Layer):
     **kwargs,
   ):
     super().__init__(**{'name': inner.name, **kwargs})
-    if not isinstance(inner, ADAPTABLE):
+    if not adaptable(inner):
       raise ValueError(
-        f'Only Dense and Conv2D layers take adapters. Layer {inner.name!r} '
-        f'is a {type(inner).__name__}.'
+        f'Only Dense and (ungrouped) Conv2D layers take adapters. Layer '
+        f'{inner.name!r} is a {type(inner).__name__}.'
       )
     self.rank = rank
     self.seed = seed
@@ -145,14 +151,12 @@ def check(
   Raises:
     ValueError: naming the bad value and what is allowed.
   """
-  adaptable = [
-    l.name for l in model.layers if isinstance(l, ADAPTABLE) and l.weights
-  ]
-  unknown = [n for n in layers if n not in adaptable]
+  names = [l.name for l in model.layers if adaptable(l) and l.weights]
+  unknown = [n for n in layers if n not in names]
   if not layers or unknown or len(set(layers)) != len(layers):
     raise ValueError(
       f'adapter_layers must name distinct Dense or Conv2D layers of '
-      f'{model.name!r}, at least one: {adaptable}. Found {list(layers)!r}.'
+      f'{model.name!r}, at least one: {names}. Found {list(layers)!r}.'
     )
   if also_train:
     partial_training.check_layer_names(model, also_train)

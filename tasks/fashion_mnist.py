@@ -106,6 +106,30 @@ def load_arrays(data_dir: Optional[data_dir_lib.PathLike] = None):
     return d['x_train'], d['y_train'], d['x_test'], d['y_test']
 
 
+def hold_out_clients(
+  parts: list[np.ndarray], count: int, seed: int
+) -> tuple[list[np.ndarray], np.ndarray]:
+  """`(the other clients' parts, the held-out clients' example rows)`:
+  `count` of the clients, drawn by `seed` (public randomness, apart from
+  the split's own draws), opt in and leave the population.
+
+  Raises:
+    ValueError: Unless `count` is an integer in [1, len(parts) - 1].
+  """
+  num_clients = len(parts)
+  if not (isinstance(count, (int, np.integer)) and 0 < count < num_clients):
+    raise ValueError(
+      f'public_clients must be an integer in [0, {num_clients - 1}] (the '
+      f'clients who opt in, of num_clients). Found {count!r}.'
+    )
+  opted = np.zeros(num_clients, bool)
+  opted[
+    np.random.default_rng([seed, 1]).choice(num_clients, count, replace=False)
+  ] = True
+  rows = np.sort(np.concatenate([parts[i] for i in np.flatnonzero(opted)]))
+  return [p for p, o in zip(parts, opted) if not o], rows
+
+
 def load_fashion_mnist(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   *,
@@ -129,8 +153,8 @@ def load_fashion_mnist(
     public_clients: Clients who opt in to share their data (the public-data
       FL literature's opt-in users): that many of the `num_clients`, drawn
       by `partition_seed`, are held out of training and their examples
-      kept as the task's `public_x` / `public_y` (the public set
-      `fashion_mnist_opt_in`; FL-TOP's public batch); 0 for none.
+      kept as the task's `opt_in_x` / `opt_in_y` (the public set
+      `fashion_mnist_opt_in`); 0 for none.
 
   Raises:
     DataNotFoundError: If no source is found.
@@ -146,27 +170,11 @@ def load_fashion_mnist(
     )
     split = f'{labels_per_client} labels per client'
   x_train = x_train[..., None]
-  public_x = public_y = None
+  opt_in_x = opt_in_y = None
   if public_clients:
-    if not (
-      isinstance(public_clients, (int, np.integer))
-      and 0 < public_clients < num_clients
-    ):
-      raise ValueError(
-        f'public_clients must be an integer in [0, {num_clients - 1}] (the '
-        f'clients who opt in, of num_clients). Found {public_clients!r}.'
-      )
-    # Public randomness, apart from the split's own draws.
-    opted = np.zeros(num_clients, bool)
-    opted[
-      np.random.default_rng([partition_seed, 1]).choice(
-        num_clients, public_clients, replace=False
-      )
-    ] = True
-    rows = np.sort(np.concatenate([parts[i] for i in np.flatnonzero(opted)]))
-    public_x = x_train[rows].astype(np.float32) / 255.0
-    public_y = y_train[rows].astype(np.int32)
-    parts = [p for p, o in zip(parts, opted) if not o]
+    parts, rows = hold_out_clients(parts, public_clients, partition_seed)
+    opt_in_x = x_train[rows].astype(np.float32) / 255.0
+    opt_in_y = y_train[rows].astype(np.int32)
     split += (
       f', {public_clients} opt-in clients ({len(rows):,} examples) held '
       'out as public data'
@@ -191,8 +199,8 @@ def load_fashion_mnist(
     ),
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=10,
-    public_x=public_x,
-    public_y=public_y,
+    opt_in_x=opt_in_x,
+    opt_in_y=opt_in_y,
     description=(
       f'Fashion-MNIST, {num_clients} clients, {split} '
       f'(seed {partition_seed}); model {model}'

@@ -339,20 +339,20 @@ class PublicSet:
 def opted_in(
   data_dir: Optional[data_dir_lib.PathLike], task: task_lib.FederatedTask
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-  """The examples of the task's opt-in clients (`task.public_x`, held out
+  """The examples of the task's opt-in clients (`task.opt_in_x`, held out
   of training by the task option `public_clients`), as uint8 images.
 
   Raises:
     ValueError: If the task holds none out.
   """
   del data_dir  # Read with the task.
-  if task.public_x is None:
+  if task.opt_in_x is None:
     raise ValueError(
       f'public_data needs clients who opt in: --task_option=public_clients=N '
       f"with N > 0 holds N of task {task.name!r}'s clients out of training "
       'as public data. Found none held out.'
     )
-  return to_uint8(task.public_x), task.public_y, ()
+  return to_uint8(task.opt_in_x), task.opt_in_y, ()
 
 
 SETS = {

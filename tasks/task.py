@@ -119,6 +119,10 @@ class FederatedTask:
     public_x: A server-held batch never given to a client (FL-TOP's Top-K
       selection on the medical tasks), model-ready; None if not held out.
     public_y: Its labels.
+    opt_in_x: The examples of the clients who opted in to share their data
+      (public data by their choice; the public set `fashion_mnist_opt_in`),
+      held out of training, model-ready; None if none did.
+    opt_in_y: Their labels.
     test_held_by_clients: True when the test examples belong to training
       clients (EMNIST's writers' own held-out examples): test metrics are
       then not post-processing of the released model, and a run keeps them
@@ -139,6 +143,8 @@ class FederatedTask:
   feature_names: tuple[str, ...] = ()
   public_x: Optional[np.ndarray] = None
   public_y: Optional[np.ndarray] = None
+  opt_in_x: Optional[np.ndarray] = None
+  opt_in_y: Optional[np.ndarray] = None
   test_held_by_clients: bool = False
   data_sources: tuple[data_dir_lib.DataSource, ...] = ()
 

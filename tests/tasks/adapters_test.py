@@ -137,3 +137,19 @@ def test_the_client_model_rebuilt_from_config_computes_the_same():
   client.set_weights(model.get_weights())
   np.testing.assert_allclose(client(_x()), model(_x()), rtol=1e-5, atol=1e-6)
   assert client.get_layer('dense1').activation is tf.keras.activations.relu
+
+
+def test_transposed_and_grouped_convolutions_take_no_adapters():
+  def builder():
+    return tf.keras.Sequential(
+      [
+        tf.keras.layers.InputLayer(input_shape=(8, 8, 4)),
+        tf.keras.layers.Conv2DTranspose(4, 3, name='up'),
+        tf.keras.layers.Conv2D(4, 3, groups=2, name='grouped'),
+        tf.keras.layers.Conv2D(4, 3, name='plain'),
+      ]
+    )
+
+  for name in ('up', 'grouped'):
+    with pytest.raises(ValueError, match=r"layers of .*: \['plain'\]"):
+      adapters.Adapters(builder, (name,), 1)()

@@ -6,6 +6,7 @@ import pytest
 from tff_dp.tasks import data_dir
 from tff_dp.tasks import fashion_mnist
 from tff_dp.tasks import partition
+from tff_dp.methods import public_data
 
 
 def test_iid_real(shared_data_dir):
@@ -85,18 +86,26 @@ def test_opt_in_clients_are_held_out_as_public_data(shared_data_dir):
   task = fashion_mnist.load_fashion_mnist(shared_data_dir, public_clients=60)
   cd = task.train_data
   assert len(cd.client_ids) == 5940
-  assert task.public_x.shape == (600, 28, 28, 1)
-  assert task.public_x.dtype == np.float32 and task.public_y.dtype == np.int32
+  assert task.opt_in_x.shape == (600, 28, 28, 1)
+  assert task.opt_in_x.dtype == np.float32 and task.opt_in_y.dtype == np.int32
   # Every training image is a client's or an opt-in client's, not both.
   x_all, _, _, _ = fashion_mnist.load_arrays(shared_data_dir)
   clients_x, _ = cd.all_arrays()
-  public_u8 = np.rint(task.public_x[..., 0] * 255).astype(np.uint8)
+  public_u8 = np.rint(task.opt_in_x[..., 0] * 255).astype(np.uint8)
   pixels = {x.tobytes() for x in clients_x[..., 0]}
   assert not any(x.tobytes() in pixels for x in public_u8)
   assert len(pixels) + len(public_u8) == len({x.tobytes() for x in x_all})
   # The draw is the split seed's.
   again = fashion_mnist.load_fashion_mnist(shared_data_dir, public_clients=60)
-  np.testing.assert_array_equal(again.public_y, task.public_y)
+  np.testing.assert_array_equal(again.opt_in_x, task.opt_in_x)
+  other = fashion_mnist.load_fashion_mnist(
+    shared_data_dir, public_clients=60, partition_seed=1
+  )
+  assert not np.array_equal(other.opt_in_x, task.opt_in_x)
+  # FL-TOP's public batch stays EMNIST's digits, not the opt-in data.
+  assert task.public_x is None
+  x, y = public_data.public_batch(task, shared_data_dir)
+  assert x.shape == (10, 28, 28, 1) and set(y.tolist()) <= set(range(10))
 
 
 @pytest.mark.parametrize('bad', [-1, 6000, 2.5])

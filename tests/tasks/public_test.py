@@ -248,8 +248,8 @@ def test_opt_in_clients_are_a_public_set_for_their_task():
   held = rng.integers(0, 256, (7, 4, 4, 1), dtype=np.uint8)
   task = dataclasses.replace(
     task,
-    public_x=held.astype(np.float32) / 255.0,
-    public_y=np.arange(7, dtype=np.int32) % 3,
+    opt_in_x=held.astype(np.float32) / 255.0,
+    opt_in_y=np.arange(7, dtype=np.int32) % 3,
   )
   data = public.load('fashion_mnist_opt_in', task)
   assert data.removed == 0 and data.files == ()

@@ -150,6 +150,11 @@ class ExperimentConfig(settings.RunSettings):
         f'public_data={self.public_data!r} is used only by a warm start: '
         'set --public_pretrain_steps >= 1 too.'
       )
+    if self.adapter_rank != 4 and not self.adapter_layers:
+      raise ValueError(
+        f'adapter_rank applies only with --adapter_layers. Found '
+        f'adapter_rank={self.adapter_rank!r} and no adapter layers.'
+      )
     if self.initial_weights is not None and self.public_pretrain_steps:
       raise ValueError(
         'Set one warm start: --initial_weights or --public_pretrain_steps, '

@@ -18,6 +18,7 @@ from tff_dp.job import noise_plan
 from tff_dp import privacy
 from tff_dp import tasks as tasks_lib
 from tff_dp.tasks import adapters
+from tff_dp.tasks import download
 from tff_dp.tasks import partial_training
 from tff_dp.tasks import public as public_sets
 from tff_dp.job import public_pretrain
@@ -78,7 +79,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
   public_report = None
   if config.public_pretrain_steps or config.initial_weights:
     trained_part(config, task)  # Bad names fail before training.
-    task, public_report = warm_start(config, task)
+    with download.allowed(config.download):  # The public set's files too.
+      task, public_report = warm_start(config, task)
   task = trained_part(config, task)
   num_clients = len(task.train_data.client_ids)
   delta = None
@@ -93,7 +95,8 @@ def prepare(config: ExperimentConfig) -> Prepared:
     pathlib.Path(config.output_dir) if config.output_dir else None,
   )
   sampling = sampling_for(config, num_clients, method.private, plan.groups)
-  params = method_params(config, method, task, sampling, delta, plan)
+  with download.allowed(config.download):  # FL-TOP's public batch too.
+    params = method_params(config, method, task, sampling, delta, plan)
   cost = method.cost(params)
   logging.info(
     'Task: %s | method: %s | sampling: %s | %d params | '

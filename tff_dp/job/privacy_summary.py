@@ -68,10 +68,22 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
       f"the server's public batch{subset} (Kerkouche et al.'s rule; not "
       'client data)'
     )
+  opted_in = dict(config.task_kwargs).get('public_clients')
+  if opted_in:
+    steps.append(
+      f'{opted_in} clients opted in to share their data '
+      '(--task_option=public_clients): their examples are public data, '
+      'held out of training; the guarantee covers the other clients'
+    )
   if config.public_pretrain_steps:
+    whose = (
+      "the opt-in clients' data, public by their choice"
+      if config.public_data == 'fashion_mnist_opt_in'
+      else 'not client data'
+    )
     steps.append(
       f'the initial model is trained on the public set {config.public_data!r}'
-      " (not client data; examples equal to a client's or a test example "
+      f" ({whose}; examples equal to a client's or a test example "
       'removed; summary "public_pretrain")'
     )
   if config.initial_weights:

@@ -8,8 +8,9 @@ client's data is read, so the release costs no privacy), and the run's
 summary says which public data, how much training and what it cost. The
 weights are kept in the run folder (`public_pretrain_weights.npz`; public,
 derived from public data only), so a resumed run starts from the same ones
-without training again; within one process a pretraining is done once
-(the clip probe, `--clip_from_fedavg_rounds`, and its run share it).
+without training again. The clip probe (`--clip_from_fedavg_rounds`) starts
+from its run's warm start: the kept one on a resume (`reading_kept`), else
+the same pretraining, done once a process.
 
 `--initial_weights=PATH` starts instead from a user's saved weights (a
 Keras `.weights.h5` / `.h5` / `.keras` file, or an `.npz` of `w0`, `w1`,
@@ -19,6 +20,8 @@ the same way, with the file's SHA-256; a resume refuses a file that
 changed.
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -90,6 +93,29 @@ def pretrain(
 
 WEIGHT_FILE_SUFFIXES = ('.npz', '.h5', '.keras')
 
+# A run folder whose kept warm start a run without one (the clip probe)
+# reads, never writes (`reading_kept`).
+_KEPT = contextvars.ContextVar('kept_warm_start', default=None)
+
+
+@contextlib.contextmanager
+def reading_kept(run_dir):
+  """Inside the block, a warm start with no run folder of its own starts
+  from the one kept in `run_dir` (if any), and writes nothing."""
+  token = _KEPT.set(pathlib.Path(run_dir) if run_dir else None)
+  try:
+    yield
+  finally:
+    _KEPT.reset(token)
+
+
+def _kept_paths(run_dir) -> tuple:
+  """`(weights, report)` paths to read: the run's, else `reading_kept`'s."""
+  read_dir = run_dir or _KEPT.get()
+  if read_dir is None:
+    return None, None
+  return read_dir / WEIGHTS_FILE, read_dir / REPORT_FILE
+
 
 def load_weights(
   task: task_lib.FederatedTask, path: pathlib.Path
@@ -120,16 +146,13 @@ def load_weights(
           f'w{len(want) - 1}. Found {sorted(saved.files)}.'
         )
       weights = tuple(saved[n] for n in names)
-  elif path.suffix == '.keras':
-    saved = tf.keras.models.load_model(path, compile=False)
-    weights = tuple(w.numpy() for w in saved.weights)
-  else:
+  else:  # Keras matches the file's layers to the model's, in order.
     try:
       model.load_weights(path)
-    except ValueError as e:
+    except (ValueError, OSError, KeyError) as e:
       raise ValueError(
         f'initial_weights {str(path)!r} does not fit the task model '
-        f'{model.name!r} ({want}): {e}'
+        f'{model.name!r} ({want}): {" ".join(str(e).split())}'
       ) from None
     weights = tuple(w.numpy() for w in model.weights)
   got = [tuple(w.shape) for w in weights]
@@ -154,8 +177,7 @@ def from_file(
     OtherPublicData: The run folder's kept weights came from elsewhere.
     ValueError, FileNotFoundError: As `load_weights`.
   """
-  weights_path = run_dir / WEIGHTS_FILE if run_dir else None
-  report_path = run_dir / REPORT_FILE if run_dir else None
+  weights_path, report_path = _kept_paths(run_dir)
   sha256 = data_dir_lib.file_sha256(path) if path.is_file() else None
   if weights_path is not None and weights_path.exists():
     report = json.loads(report_path.read_text())
@@ -194,14 +216,30 @@ def _keep(run_dir: pathlib.Path, weights, report: dict) -> None:
 _LAST: list = [None, None, None]
 
 
+def _unnamed(config):
+  """A Keras config less its names (Keras numbers unnamed layers afresh on
+  every build: `flatten_3`, `flatten_4`)."""
+  if isinstance(config, dict):
+    return {k: _unnamed(v) for k, v in config.items() if k != 'name'}
+  if isinstance(config, list):
+    return [_unnamed(v) for v in config]
+  return config
+
+
 def _determined_by(task, public, how) -> tuple:
-  """What fixes a pretraining's result: the public examples, the settings
-  and the model's initial weights."""
+  """What fixes a pretraining's result: the task, the public examples, the
+  settings, the model (its config, loss and initial weights)."""
+  model = task.model_builder()
   digest = hashlib.sha256()
-  for w in task.model_builder().weights:
+  digest.update(json.dumps(_unnamed(model.get_config()), default=str).encode())
+  loss = task.loss_builder()
+  digest.update(
+    json.dumps(tf.keras.losses.serialize(loss), default=str).encode()
+  )
+  for w in model.weights:
     digest.update(f'{w.dtype.name}{tuple(w.shape)};'.encode())
     digest.update(w.numpy().tobytes())
-  return (public.content_sha256, how, digest.hexdigest())
+  return (task.name, public.content_sha256, how, digest.hexdigest())
 
 
 def _pretrained(task, public, how) -> tuple[tuple[np.ndarray, ...], dict]:
@@ -209,7 +247,7 @@ def _pretrained(task, public, how) -> tuple[tuple[np.ndarray, ...], dict]:
   key = _determined_by(task, public, how)
   if _LAST[0] != key:
     _LAST[:] = [key, *pretrain(task, public, how)]
-  return _LAST[1], _LAST[2]
+  return tuple(w.copy() for w in _LAST[1]), json.loads(json.dumps(_LAST[2]))
 
 
 # What a kept warm start must match to be reused.
@@ -230,8 +268,7 @@ def warm_started(
 ) -> tuple[task_lib.FederatedTask, dict]:
   """`task` with its model starting from `public`'s pretraining, and the
   report for the summary; reused from `run_dir` where a run kept them."""
-  weights_path = run_dir / WEIGHTS_FILE if run_dir else None
-  report_path = run_dir / REPORT_FILE if run_dir else None
+  weights_path, report_path = _kept_paths(run_dir)
   if weights_path is not None and weights_path.exists():
     report = json.loads(report_path.read_text())
     kept = (report.get('public_data', {}).get('content_sha256'),) + tuple(

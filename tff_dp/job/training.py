@@ -72,6 +72,7 @@ from tff_dp.job import checkpoints
 from tff_dp.job import events_file
 from tff_dp.job import metrics_log
 from tff_dp.job import privacy_summary
+from tff_dp.job import public_pretrain
 from tff_dp.job import provenance as provenance_lib
 from tff_dp.job import round_finishing
 from tff_dp.job import run_files
@@ -573,7 +574,9 @@ def clip_from_fedavg(
     else (config.seed),
   )
   rows = []
-  run_experiment(probe, rows_out=rows)
+  # From the run's warm start: on a resume, the one its folder keeps.
+  with public_pretrain.reading_kept(config.output_dir):
+    run_experiment(probe, rows_out=rows)
   norms = [r['update_norm_mean'] for r in rows if 'update_norm_mean' in r]
   if not norms:
     raise RuntimeError('The FedAvg probe reported no update norms.')

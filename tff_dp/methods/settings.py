@@ -490,7 +490,7 @@ class RunSettings:
   adapter_rank: int = _setting(
     4,
     'Rank of the --adapter_layers adapters (integer >= 1, below each '
-    "adapted layer's inputs and outputs).",
+    "adapted layer's inputs and outputs; set only with --adapter_layers).",
     check=_INT1,
   )
   release_non_private_metrics: bool = _setting(

@@ -1,5 +1,6 @@
 """The warm start on public data: what it trains, keeps and costs."""
 
+import dataclasses
 import functools
 
 import dp_accounting
@@ -12,6 +13,7 @@ from tff_dp.job import preparation
 from tff_dp.job import public_pretrain
 from tff_dp.job import training
 from tff_dp.tasks import client_data
+from tff_dp.tasks import download
 from tff_dp.tasks import metrics
 from tff_dp.tasks import models
 from tff_dp.tasks import public
@@ -286,3 +288,148 @@ def test_one_warm_start_at_a_time(tmp_path, monkeypatch):
   config = _config(tmp_path, 'x', initial_weights='w.npz', **WARM)
   with pytest.raises(ValueError, match='Set one warm start'):
     config.validate()
+
+
+def test_adapters_start_from_the_warm_start_where_tff_builds_the_model(
+  tmp_path, monkeypatch
+):
+  _register(monkeypatch)
+  config = _config(
+    tmp_path,
+    'lora',
+    adapter_layers=('dense1',),
+    adapter_rank=2,
+    train_layers=('logits',),
+    **WARM,
+  )
+  prepared = preparation.prepare(config)
+  process = prepared.process
+  state = process.initialize()  # TFF builds the weights in a graph.
+  start = process.get_model_weights(state)
+  with np.load(tmp_path / 'lora' / public_pretrain.WEIGHTS_FILE) as kept:
+    warm = [kept[f'w{i}'] for i in range(len(kept.files))]
+  # dense1 (36 x 4 + 4) frozen at its warm start; A, B, then logits train.
+  for got, want in zip(start.non_trainable, warm[:2]):
+    np.testing.assert_array_equal(got, want)
+  a, b, kernel, bias = start.trainable
+  assert a.shape == (36, 2) and not np.any(b)
+  np.testing.assert_array_equal(kernel, warm[2])
+  np.testing.assert_array_equal(bias, warm[3])
+  # A round through the client models TFF rebuilds from the config.
+  ids = prepared.task.train_data.client_ids
+  state = process.next(state, prepared.round_data(config, ids, 0)).state
+  after = process.get_model_weights(state)
+  for got, want in zip(after.non_trainable, warm[:2]):
+    np.testing.assert_array_equal(got, want)
+  assert np.any(after.trainable[1])
+
+
+def test_the_first_run_starts_from_the_saved_weights_frozen_part_too(
+  tmp_path, monkeypatch
+):
+  task = _register(monkeypatch)
+  path, want = _saved(tmp_path, task, '.npz')
+  config = _config(
+    tmp_path, 'mine', initial_weights=str(path), train_layers=('logits',)
+  )
+  prepared = preparation.prepare(config)
+  start = prepared.process.get_model_weights(prepared.process.initialize())
+  for got, w in zip(start.non_trainable + start.trainable, want):
+    np.testing.assert_array_equal(got, w)
+
+
+def test_the_clip_probe_of_a_resume_reads_the_kept_warm_start(
+  tmp_path, monkeypatch
+):
+  task = _register(monkeypatch)
+  path, _ = _saved(tmp_path, task, '.npz')
+  config = _config(tmp_path, 'mine', initial_weights=str(path))
+  preparation.prepare(config)  # Keeps the weights in the run folder.
+  path.unlink()  # A resume need not find the file again.
+  assert training.clip_from_fedavg(config, 1, 0.5) > 0
+  with pytest.raises(training.ConfigError, match='does not exist'):
+    preparation.prepare(config.replace(output_dir=None))
+
+
+def test_the_pretraining_memo_trains_again_for_another_model(monkeypatch):
+  task = _register(monkeypatch)
+  data = public.load('tiny_public', task)
+  how = public_pretrain.Pretraining(
+    steps=5, batch_size=8, learning_rate=0.1, seed=0
+  )
+  calls = []
+  real = public_pretrain.pretrain
+  monkeypatch.setattr(
+    public_pretrain, 'pretrain', lambda *a: calls.append(1) or real(*a)
+  )
+  monkeypatch.setattr(public_pretrain, '_LAST', [None, None, None])
+  wider = dataclasses.replace(
+    task,
+    model_builder=functools.partial(
+      models.create_image_mlp, (6, 6, 1), 3, (5,), 0
+    ),
+  )
+  first, _ = public_pretrain._pretrained(task, data, how)  # pylint: disable=protected-access
+  public_pretrain._pretrained(task, data, how)  # pylint: disable=protected-access
+  assert len(calls) == 1
+  first[0][...] = 0  # A caller's copy: the memo keeps its own.
+  again, _ = public_pretrain._pretrained(task, data, how)  # pylint: disable=protected-access
+  assert np.any(again[0])
+  public_pretrain._pretrained(wider, data, how)  # pylint: disable=protected-access
+  assert len(calls) == 2
+
+
+def test_the_privacy_summary_names_the_opt_in_clients(tmp_path):
+  from tff_dp import methods  # pylint: disable=g-import-not-at-top
+  from tff_dp.job import privacy_summary  # pylint: disable=g-import-not-at-top
+
+  config = job_testing.config(
+    tmp_path,
+    'x',
+    task='fashion_mnist_iid',
+    task_kwargs=(('public_clients', 60),),
+    public_data='fashion_mnist_opt_in',
+    public_pretrain_steps=10,
+  )
+  steps = privacy_summary.tuning_outside_ledger(
+    config, methods.METHODS['dp_fedavg']
+  )
+  assert steps[0].startswith('60 clients opted in to share their data')
+  assert 'covers the other clients' in steps[0]
+  assert "the opt-in clients' data, public by their choice" in steps[1]
+
+
+def test_nodownload_holds_for_the_public_set(
+  tmp_path, monkeypatch, shared_data_dir
+):
+  # The task's data found, the public set's not: --nodownload must stop
+  # the archive's download (an unreachable URL would fail otherwise).
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'data' / 'emnist_federated.npz').symlink_to(
+    shared_data_dir / 'emnist_federated.npz'
+  )
+  monkeypatch.setenv(tasks.data_dir.CACHE_DIR_ENV, str(tmp_path / 'cache'))
+  monkeypatch.setenv('TFDS_DATA_DIR', str(tmp_path / 'no_tfds'))
+  monkeypatch.delenv(download.NO_DOWNLOAD_ENV, raising=False)
+  monkeypatch.setattr(
+    public,
+    'EMNIST_REMOTE',
+    dataclasses.replace(
+      public.EMNIST_REMOTE,
+      files=tuple(
+        dataclasses.replace(f, url='http://127.0.0.1:9/gzip.zip')
+        for f in public.EMNIST_REMOTE.files
+      ),
+    ),
+  )
+  config = job_testing.config(
+    tmp_path,
+    'x',
+    task='emnist',
+    data_dir=str(tmp_path / 'data'),
+    download=False,
+    public_data='emnist_byclass_test',
+    public_pretrain_steps=1,
+  )
+  with pytest.raises(tasks.DataNotFoundError, match='downloads are off'):
+    preparation.prepare(config)
