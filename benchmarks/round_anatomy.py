@@ -34,7 +34,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ import tensorflow_federated as tff  # noqa: E402
 
 from benchmarks import anatomy_report  # noqa: E402
 from benchmarks import results_table  # noqa: E402
+from benchmarks import speed_stats  # noqa: E402
 from tasks import models  # noqa: E402
 
 _PART = flags.DEFINE_enum(
@@ -81,14 +81,9 @@ def _client_run(steps: int, calls: int, rounds: int) -> dict:
     f'--client_momentum={MOMENTUM}',
     f'--rounds={rounds}',
   ]
-  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
-  if done.returncode != 0 or not line:
-    raise RuntimeError(
-      f'floor_local at {steps} steps, {calls} calls failed:\n'
-      f'{done.stderr[-3000:]}'
-    )
-  result = json.loads(line[-1][len('RESULT ') :])
+  result = speed_stats.worker_result(
+    cmd, f'floor_local at {steps} steps, {calls} calls'
+  )
   return {
     'steps': steps,
     'calls': calls,

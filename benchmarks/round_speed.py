@@ -716,11 +716,7 @@ def _run_config(config: str, job_flags) -> dict:
     f'--inter_op_threads={_INTER.value}',
     f'--client_momentum={_momentum(job_flags)}',
   ]
-  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
-  if done.returncode != 0 or not line:
-    raise RuntimeError(f'{config} failed:\n{done.stderr[-3000:]}')
-  return json.loads(line[-1][len('RESULT ') :])
+  return speed_stats.worker_result(cmd, config)
 
 
 def main(argv):

@@ -5,7 +5,9 @@ cycle, each cycle's median, and the floor check that pairs each cycle with
 its own floor.
 """
 
+import json
 import statistics
+import subprocess
 
 # The benchmark's cohort: seconds are normalised to it.
 COHORT = 100
@@ -125,3 +127,18 @@ def job_phases(results: list[dict]) -> str:
     f"{med['wall']:.2f} s from the end of one round to the next's (its "
     'log lines). '
   )
+
+
+def worker_result(cmd: list[str], what: str) -> dict:
+  """Runs a benchmark's worker process `cmd` and returns the JSON of the
+  last `RESULT {...}` line it prints.
+
+  Raises:
+    RuntimeError: If it fails or prints no result, naming `what` and the
+      end of its stderr.
+  """
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  line = [l for l in done.stdout.splitlines() if l.startswith('RESULT ')]
+  if done.returncode != 0 or not line:
+    raise RuntimeError(f'{what} failed:\n{done.stderr[-3000:]}')
+  return json.loads(line[-1][len('RESULT ') :])

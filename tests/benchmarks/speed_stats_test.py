@@ -114,3 +114,17 @@ def test_job_phases_leaves_a_background_evaluation_in_the_rest():
   text = speed_stats.job_phases(results)
   assert '0.50 s of the rest' in text
   assert '1.00 s of evaluation a round on average (in the evaluation' in text
+
+
+def test_worker_result_reads_the_last_result_line_or_names_the_failure():
+  import sys  # pylint: disable=g-import-not-at-top
+
+  script = 'print("RESULT {\\"a\\": 1}"); print("RESULT {\\"a\\": 2}")'
+  got = speed_stats.worker_result([sys.executable, '-c', script], 'w')
+  assert got == {'a': 2}
+  with pytest.raises(RuntimeError, match='w2 failed:\n.*boom'):
+    speed_stats.worker_result(
+      [sys.executable, '-c', 'import sys; sys.exit("boom")'], 'w2'
+    )
+  with pytest.raises(RuntimeError, match='w3 failed'):
+    speed_stats.worker_result([sys.executable, '-c', 'print(1)'], 'w3')
