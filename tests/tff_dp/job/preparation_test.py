@@ -59,6 +59,20 @@ def test_target_epsilon_calibration(tmp_path):
   assert summary['epsilon_rdp'] == pytest.approx(5.0, abs=0.01)
 
 
+def _one_round_keeps_the_frozen_weights(prepared, config):
+  """`(before, after)` model weights of one round on every client,
+  asserting the frozen (non-trainable) weights did not move."""
+  process = prepared.process
+  state = process.initialize()
+  before = process.get_model_weights(state)
+  ids = prepared.task.train_data.client_ids
+  state = process.next(state, prepared.round_data(config, ids, 0)).state
+  after = process.get_model_weights(state)
+  for a, b in zip(before.non_trainable, after.non_trainable):
+    np.testing.assert_array_equal(a, b)
+  return before, after
+
+
 def test_train_layers_trains_and_uploads_only_the_named_layers(tmp_path):
   # The heart MLP: dense1 (38 x 32 + 32) frozen, logits (32 + 1) trained.
   config = job_testing.config(
@@ -69,14 +83,7 @@ def test_train_layers_trains_and_uploads_only_the_named_layers(tmp_path):
   assert prepared.params.num_frozen_params == 1248
   # Up: the trained layer's update; down: the whole model, every round.
   assert (prepared.cost.up, prepared.cost.down) == (4 * 33, 4 * 1281)
-  process = prepared.process
-  state = process.initialize()
-  before = process.get_model_weights(state)
-  ids = prepared.task.train_data.client_ids
-  state = process.next(state, prepared.round_data(config, ids, 0)).state
-  after = process.get_model_weights(state)
-  for a, b in zip(before.non_trainable, after.non_trainable):
-    np.testing.assert_array_equal(a, b)
+  before, after = _one_round_keeps_the_frozen_weights(prepared, config)
   assert [np.shape(w) for w in after.trainable] == [(32, 1), (1,)]
   assert not np.allclose(before.trainable[0], after.trainable[0])
 
@@ -104,14 +111,7 @@ def test_adapters_train_and_upload_only_their_factors_and_the_named_layers(
   assert prepared.params.num_model_params == 140 + 33
   assert prepared.params.num_frozen_params == 1248
   assert (prepared.cost.up, prepared.cost.down) == (4 * 173, 4 * 1421)
-  process = prepared.process
-  state = process.initialize()
-  before = process.get_model_weights(state)
-  ids = prepared.task.train_data.client_ids
-  state = process.next(state, prepared.round_data(config, ids, 0)).state
-  after = process.get_model_weights(state)
-  for a, b in zip(before.non_trainable, after.non_trainable):
-    np.testing.assert_array_equal(a, b)
+  before, after = _one_round_keeps_the_frozen_weights(prepared, config)
   assert [np.shape(w) for w in after.trainable] == [
     (38, 2),
     (2, 32),
