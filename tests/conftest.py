@@ -19,6 +19,22 @@ from tff_dp.runtime import processes  # noqa: E402
 
 
 @pytest.fixture(scope='session', autouse=True)
+def _noise_seed_registries_of_this_session_only(tmp_path_factory):
+  """A noise-seed registry left in /tmp by another job is not read (the
+  binaries the tests start inherit the bound)."""
+  from tff_dp.job import noise_seeds  # pylint: disable=g-import-not-at-top
+
+  top = str(tmp_path_factory.getbasetemp())
+  previous = os.environ.get(noise_seeds.TREE_TOP_ENV)
+  os.environ[noise_seeds.TREE_TOP_ENV] = top
+  yield
+  if previous is None:
+    os.environ.pop(noise_seeds.TREE_TOP_ENV, None)
+  else:
+    os.environ[noise_seeds.TREE_TOP_ENV] = previous
+
+
+@pytest.fixture(scope='session', autouse=True)
 def _end_worker_binaries():
   yield
   processes.end_worker_binaries()

@@ -23,6 +23,10 @@ check and the registration hold a lock on the tree. The registry stores a
 salted PBKDF2 digest of the seed, not the seed; a small seed can still be
 found from it by trying every value, so the registry is as secret as the
 seed (a large random seed, e.g. `secrets.randbits(63)`, cannot be).
+
+`TFF_DP_NOISE_SEED_TREE_TOP`, when set to a folder, bounds the upward
+search: folders above it are not read. The test suite sets it to its own
+temporary root, so a registry that a run left in `/tmp` cannot reach it.
 """
 
 import fcntl
@@ -37,6 +41,8 @@ from typing import Any, Optional
 from tff_dp.job import experiment_config
 
 REGISTRY_NAME = '.tff_dp_noise_seeds.json'
+# The highest folder whose registry is read (unset: up to the root).
+TREE_TOP_ENV = 'TFF_DP_NOISE_SEED_TREE_TOP'
 
 # Settings that do not change what a round releases.
 _NOT_RELEASE_RELEVANT = experiment_config.EXECUTION_ONLY + (
@@ -87,13 +93,16 @@ def _read(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _registries(tree: pathlib.Path) -> list[pathlib.Path]:
-  """Registries in `tree` and every folder above it."""
+  """Registries in `tree` and every folder above it, up to
+  `$TFF_DP_NOISE_SEED_TREE_TOP` where that holds `tree`."""
   tree = tree.resolve()
-  return [
-    d / REGISTRY_NAME
-    for d in (tree, *tree.parents)
-    if (d / REGISTRY_NAME).is_file()
-  ]
+  folders = (tree, *tree.parents)
+  top = os.environ.get(TREE_TOP_ENV, '').strip()
+  if top:
+    top_dir = pathlib.Path(top).resolve()
+    if top_dir in folders:
+      folders = folders[: folders.index(top_dir) + 1]
+  return [d / REGISTRY_NAME for d in folders if (d / REGISTRY_NAME).is_file()]
 
 
 def check_and_register(

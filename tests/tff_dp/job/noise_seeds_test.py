@@ -55,6 +55,26 @@ def test_registries_above_the_tree_are_read(tmp_path):
     )
 
 
+def test_the_tree_top_bounds_the_search(tmp_path, monkeypatch):
+  noise_seeds.check_and_register(tmp_path / 'a', 7, _CONFIG)
+  project = tmp_path / 'project'
+  monkeypatch.setenv(noise_seeds.TREE_TOP_ENV, str(project))
+  # The registry above the top is not read: another configuration passes.
+  assert (
+    noise_seeds.check_and_register(project / 'runs' / 'b', 7, _other(clip=2.0))
+    is None
+  )
+  # Registries between the tree and the top still are.
+  with pytest.raises(ValueError, match='differs in: clip'):
+    noise_seeds.check_and_register(
+      project / 'runs' / 'deeper' / 'c', 7, _other(clip=3.0)
+    )
+  # A top that does not hold the tree bounds nothing.
+  monkeypatch.setenv(noise_seeds.TREE_TOP_ENV, str(tmp_path / 'elsewhere'))
+  with pytest.raises(ValueError, match='differs in: clip'):
+    noise_seeds.check_and_register(tmp_path / 'd', 7, _other(clip=4.0))
+
+
 def test_allow_reuse_returns_the_clash(tmp_path):
   noise_seeds.check_and_register(tmp_path / 'a', 7, _CONFIG)
   clash = noise_seeds.check_and_register(
