@@ -17,21 +17,24 @@ import pytest  # noqa: E402
 
 from tff_dp.runtime import processes  # noqa: E402
 
+# tff_dp.job.noise_seeds.TREE_TOP_ENV.
+NOISE_SEED_TREE_TOP_ENV = 'TFF_DP_NOISE_SEED_TREE_TOP'
+
 
 @pytest.fixture(scope='session', autouse=True)
 def _noise_seed_registries_of_this_session_only(tmp_path_factory):
   """A noise-seed registry left in /tmp by another job is not read (the
-  binaries the tests start inherit the bound)."""
-  from tff_dp.job import noise_seeds  # pylint: disable=g-import-not-at-top
-
+  binaries the tests start inherit the bound). Named here, not imported:
+  Bazel's runfiles tests see no more of tff_dp than they declare;
+  noise_seeds_test checks the name."""
   top = str(tmp_path_factory.getbasetemp())
-  previous = os.environ.get(noise_seeds.TREE_TOP_ENV)
-  os.environ[noise_seeds.TREE_TOP_ENV] = top
+  previous = os.environ.get(NOISE_SEED_TREE_TOP_ENV)
+  os.environ[NOISE_SEED_TREE_TOP_ENV] = top
   yield
   if previous is None:
-    os.environ.pop(noise_seeds.TREE_TOP_ENV, None)
+    os.environ.pop(NOISE_SEED_TREE_TOP_ENV, None)
   else:
-    os.environ[noise_seeds.TREE_TOP_ENV] = previous
+    os.environ[NOISE_SEED_TREE_TOP_ENV] = previous
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -1,6 +1,7 @@
 """A --noise_seed is refused for a second configuration in one output tree."""
 
 import json
+import os
 
 import pytest
 
@@ -56,6 +57,9 @@ def test_registries_above_the_tree_are_read(tmp_path):
 
 
 def test_the_tree_top_bounds_the_search(tmp_path, monkeypatch):
+  # The test suite bounds its own search under this name (tests/conftest.py).
+  assert noise_seeds.TREE_TOP_ENV == 'TFF_DP_NOISE_SEED_TREE_TOP'
+  assert os.environ[noise_seeds.TREE_TOP_ENV] != ''
   noise_seeds.check_and_register(tmp_path / 'a', 7, _CONFIG)
   project = tmp_path / 'project'
   monkeypatch.setenv(noise_seeds.TREE_TOP_ENV, str(project))
