@@ -27,14 +27,9 @@ def _noise_seed_registries_of_this_session_only(tmp_path_factory):
   binaries the tests start inherit the bound). Named here, not imported:
   Bazel's runfiles tests see no more of tff_dp than they declare;
   noise_seeds_test checks the name."""
-  top = str(tmp_path_factory.getbasetemp())
-  previous = os.environ.get(NOISE_SEED_TREE_TOP_ENV)
-  os.environ[NOISE_SEED_TREE_TOP_ENV] = top
-  yield
-  if previous is None:
-    os.environ.pop(NOISE_SEED_TREE_TOP_ENV, None)
-  else:
-    os.environ[NOISE_SEED_TREE_TOP_ENV] = previous
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv(NOISE_SEED_TREE_TOP_ENV, str(tmp_path_factory.getbasetemp()))
+    yield
 
 
 @pytest.fixture(scope='session', autouse=True)
