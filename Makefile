@@ -153,6 +153,8 @@ MEDICAL_100 = fedavg,dp_fedavg,dp_fedavg_seed1,dp_fedavg_seed2,dp_fedavg_clip0.1
 EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetchsgd
 EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dp_fedavg_slr2_eqbytes,dp_fedavg_slr2_eqbytes_seed1,dp_fedavg_slr2_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes,dpsfl_q1_eqbytes
 EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
+# Issue #103's rows, from benchmarks/results/linear_compression_emnist.json.
+LC_EMNIST_300 = srht_interleaved_100x
 EMNIST_000_300 = dp_fedavg_300,dp_fedavg_300_seed1,dp_fedavg_300_seed2,banded_mf_300,banded_mf_300_seed1,banded_mf_300_seed2,blt_300,blur_lus_0.9_300,blur_lus_0.9_300_seed1,blur_lus_0.9_300_seed2,lus_0.9_300,lus_0.5_300,blur_lus_0.5_300,ddgauss_300
 PAPER_001_IID = Guo et al. Table I: mean of 5 seeds after 180 rounds
 PAPER_001_5L = Guo et al. Table II: mean of 5 seeds after 180 rounds
@@ -173,7 +175,7 @@ frontiers: $(STAMP)
 	$(call FRONTIER,seed002_emnist,$(EMNIST_002),EMNIST 300 writers (seed 002 study): 30 rounds,emnist_seed002_30rounds,test_accuracy,,)
 	$(call FRONTIER,seed002_emnist,$(EMNIST_002_EQ),EMNIST 300 writers (seed 002 study): 2 MB sketches$(comma) 30 rounds,emnist_seed002_eqbytes_30rounds,test_accuracy,,$(NOTE_002_EQ))
 	$(call FRONTIER,seed000_table3,$(EMNIST_000),EMNIST 300 writers (seed 000 study$(comma) Table 3 rows): 30 rounds,emnist_seed000_30rounds,test_accuracy,$(PAPER_000),)
-	$(call FRONTIER,seed000_regime,$(EMNIST_000_300),EMNIST 300 writers (seed 000 regime: Q = 30$(comma) S = 0.03): 300 rounds,emnist_seed000_300rounds,test_accuracy,$(PAPER_000_REGIME),$(NOTE_000_DDG))
+	$(call FRONTIER,seed000_regime.json$(comma)benchmarks/results/linear_compression_emnist,$(EMNIST_000_300)$(comma)$(LC_EMNIST_300),EMNIST 300 writers (seed 000 regime: Q = 30$(comma) S = 0.03): 300 rounds,emnist_seed000_300rounds,test_accuracy,$(PAPER_000_REGIME),$(NOTE_000_DDG))
 
 bench-load: $(STAMP) $(JEMALLOC_STAMP)
 	$(PY) -m benchmarks.load_time

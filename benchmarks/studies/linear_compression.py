@@ -110,11 +110,7 @@ noise" the decode's squared error on that mean over the DP noise's energy
 d z^2 C^2 / n^2, medians over rounds: predicted from the measured ||mu||
 (`linear_compression.added_error_share`) and measured
 (`compression_error_sq`; both non-private research measurements, outside
-the ledger). Only the rows in this table have run. Rows killed to change
-the queue (a run stopped between checkpoints) were deleted and rerun from
-round 1, never resumed under other code; `srht_100x` first ran under
-per-stratum SRHT offsets (a row could be kept twice) and was stopped at
-round ~130 and rerun from scratch with systematic sampling. `srht_*`
+the ledger). Only the rows in this table have run. {history} `srht_*`
 rows use blocks of 1,024 consecutive coordinates, `srht_interleaved_*`
 (the default sketch since 2026-12-05) blocks that interleave the
 coordinates: with consecutive blocks the decode error stays in the layers
@@ -129,6 +125,11 @@ STUDIES['linear_compression_fashion'] = Study(
     reference='`dp_fedavg_clip0.5_180` and its `_seed1` / `_seed2` in '
     'benchmarks/results/seed001_iid.md, 82.38-82.75% final, 82.55-82.79% '
     'best',
+    history='Rows killed to change the queue (a run stopped between '
+    'checkpoints) were deleted and rerun from round 1, never resumed under '
+    'other code; `srht_100x` first ran under per-stratum SRHT offsets (a '
+    'row could be kept twice) and was stopped at round ~130 and rerun from '
+    'scratch with systematic sampling.',
   ),
   metric='test_accuracy',
   common=dict(
@@ -156,6 +157,12 @@ STUDIES['linear_compression_emnist'] = Study(
     'over 300 rounds, clip 0.03, 30 local steps of batch 64',
     reference='`dp_fedavg_300` and its `_seed1` / `_seed2` in '
     'benchmarks/results/seed000_regime.md, 58.53-60.28% final',
+    history='A row longer than a session was kept at a checkpoint in '
+    'benchmarks/in_progress and resumed from it (its cohorts and noise are '
+    "those of an uninterrupted run); its wall s covers the last session's "
+    'rounds only, and the sum of `round_seconds` in its '
+    'non_private/metrics.csv the whole '
+    'row.',
   ),
   metric='test_accuracy',
   common=dict(REGIME_000, rounds=300),
