@@ -161,8 +161,7 @@ STUDIES['linear_compression_emnist'] = Study(
     'benchmarks/in_progress and resumed from it (its cohorts and noise are '
     "those of an uninterrupted run); its wall s covers the last session's "
     'rounds only, and the sum of `round_seconds` in its '
-    'non_private/metrics.csv the whole '
-    'row.',
+    'non_private/metrics.csv the whole row.',
   ),
   metric='test_accuracy',
   common=dict(REGIME_000, rounds=300),
