@@ -24,6 +24,7 @@ Labels: 0-9 digits, 10-35 'A'-'Z', 36-61 'a'-'z' (62 classes), or digits only.
 """
 
 import pathlib
+import re
 import sqlite3
 from typing import Optional
 
@@ -40,6 +41,36 @@ from tff_dp.tasks import task as task_lib
 from tff_dp.tasks import tfds_data
 
 SOURCES = ('leaf_300', 'tff', 'tfds')
+
+# NIST SD19's writers are numbered by form id (f0000-f4099) in partitions
+# hsf_0-hsf_7; hsf_4, the 500 writers f2100-f2599, is SD19's standard test
+# partition (its training files hold hsf_0-3, 6 and 7), and EMNIST keeps
+# that split: EMNIST's test split is these writers' characters. The public
+# set `emnist_byclass_test` therefore needs them out of the task
+# (`drop_nist_test_writers`).
+NIST_TEST_PARTITION = 'hsf_4'
+_NIST_TEST_FORMS = (2100, 2600)
+_WRITER_ID = re.compile(r'^f(\d{4})_\d+$')
+
+
+def in_nist_test_partition(writer_ids) -> np.ndarray:
+  """Whether each NIST writer id (e.g. 'f2104_52') is in SD19's test
+  partition hsf_4 (forms f2100-f2599).
+
+  Raises:
+    ValueError: naming an id that is not of that form.
+  """
+  forms = []
+  for writer in writer_ids:
+    found = _WRITER_ID.match(str(writer))
+    if found is None:
+      raise ValueError(
+        f"EMNIST writer id {str(writer)!r} is not a NIST id 'fNNNN_NN'."
+      )
+    forms.append(int(found.group(1)))
+  forms = np.asarray(forms, np.int64)
+  return (forms >= _NIST_TEST_FORMS[0]) & (forms < _NIST_TEST_FORMS[1])
+
 
 _LEAF_SOURCE = (
   "EMNIST source='leaf_300' is emnist_federated.npz (keys x_train, "
@@ -194,6 +225,7 @@ def load_emnist(
   dominant_count: int = 230,
   other_count: int = 5,
   source: str = 'leaf_300',
+  drop_nist_test_writers: int = 0,
 ) -> task_lib.FederatedTask:
   """Federated EMNIST, one client per writer (or Zhang et al.'s label skew).
 
@@ -210,10 +242,8 @@ def load_emnist(
       dominant classes of `dominant_count` examples each and
       `other_count` of every other class, no example on two clients
       (Zhang et al. 2022's non-IID EMNIST digits,
-      `partition.dominant_classes_partition`). Zhang et al. have 1,920
-      clients of 500, more than EMNIST's 240,000 digits hold; the 29,289
-      FEMNIST digits here hold 55 (partition seed 0), so its N needs
-      smaller counts.
+      `partition.dominant_classes_partition`); their 1,920 clients of 500
+      exceed the 29,289 digits here (55 at partition seed 0).
     num_clients: Clients of the 'dominant_classes' split (required there).
     partition_seed: Seed of the 'dominant_classes' split.
     dominant_count: Examples of each dominant class per client (230).
@@ -222,15 +252,18 @@ def load_emnist(
       'tff' (TFF's federated EMNIST, 3,400 writers, downloaded when
       missing) or 'tfds' (a prepared TFDS EMNIST, no writer ids:
       split='dominant_classes' only). See the module docstring.
+    drop_nist_test_writers: 1 drops NIST SD19's test partition hsf_4,
+      EMNIST's test split (public set `emnist_byclass_test`): 75 writers.
 
   Raises:
     DataNotFoundError: If the source's files are neither found nor fetched.
     ValueError: On bad arguments.
   """
   _check_emnist_args(max_clients, split, num_clients, source)
-  x_tr, y_tr, w_tr, x_te, y_te, _, source_name = load_emnist_arrays(
-    data_dir, only_digits, source=source
+  arrays, dropped_words = _emnist_arrays(
+    data_dir, only_digits, source, drop_nist_test_writers
   )
+  x_tr, y_tr, w_tr, x_te, y_te, _, source_name = arrays
   if split == 'writers':
     writers, parts = _writer_parts(w_tr, max_clients)
     clients_words = f'{len(writers)} writers'
@@ -239,7 +272,6 @@ def load_emnist(
       y_tr, num_clients, partition_seed, dominant_count, other_count
     )
   num_classes = 10 if only_digits else 62
-  model_builder = _model_builder(model, num_classes, model_seed)
   train = client_data_lib.ArrayClientData(
     x_tr[..., None], y_tr, parts, client_ids=list(writers)
   )
@@ -248,18 +280,63 @@ def load_emnist(
     train_data=train,
     test_x=x_te[..., None].astype(np.float32) / 255.0,
     test_y=y_te.astype(np.int32),
-    model_builder=model_builder,
-    loss_builder=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
-      from_logits=True
-    ),
+    model_builder=_model_builder(model, num_classes, model_seed),
+    loss_builder=_loss,
     metrics_builder=metrics_lib.classification_metrics,
     num_classes=num_classes,
     description=(
       f'{source_name}: {clients_words}, {num_classes} classes; model {model}'
+      f'{dropped_words}'
     ),
     # One client per writer: the test examples are the writers' own.
     test_held_by_clients=(split == 'writers'),
+    writers_dropped=(NIST_TEST_PARTITION,) if drop_nist_test_writers else (),
   )
+
+
+def _loss() -> tf.keras.losses.Loss:
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _emnist_arrays(
+  data_dir, only_digits: bool, source: str, drop_nist_test_writers: int
+) -> tuple[tuple, str]:
+  """`load_emnist_arrays`' arrays, less the writers of NIST's test
+  partition hsf_4 (training and test examples) if asked, and words saying
+  what was dropped ('' if nothing).
+
+  Raises:
+    ValueError: If `drop_nist_test_writers` is not 0 or 1, or is 1 for a
+      source without writer ids.
+  """
+  if drop_nist_test_writers not in (0, 1) or (
+    drop_nist_test_writers and source == 'tfds'
+  ):
+    raise ValueError(
+      'drop_nist_test_writers must be 0 or 1, and 1 needs writer ids '
+      f"(source 'leaf_300' or 'tff'). Found {drop_nist_test_writers!r} with "
+      f'source {source!r}.'
+    )
+  arrays = load_emnist_arrays(data_dir, only_digits, source=source)
+  if not drop_nist_test_writers:
+    return arrays, ''
+  x_tr, y_tr, w_tr, x_te, y_te, w_te, source_name = arrays
+  out_tr, out_te = in_nist_test_partition(w_tr), in_nist_test_partition(w_te)
+  words = (
+    f'; {len(np.unique(w_tr[out_tr]))} writers of NIST partition '
+    f"{NIST_TEST_PARTITION} (EMNIST's test split) dropped "
+    f'({int(out_tr.sum()):,} training, {int(out_te.sum()):,} test examples)'
+  )
+  kept = (
+    x_tr[~out_tr],
+    y_tr[~out_tr],
+    w_tr[~out_tr],
+    x_te[~out_te],
+    y_te[~out_te],
+    w_te[~out_te],
+    source_name,
+  )
+  return kept, words
 
 
 def _check_emnist_args(

@@ -11,9 +11,11 @@ Sets:
     images, the 62 classes of federated EMNIST, upright, ink high) at half
     size (`half_size`: FEMNIST's glyphs are half EMNIST's), for the
     `emnist` task. Both it and LEAF's FEMNIST derive from NIST Special
-    Database 19, so writers may be shared even where no image matches
-    exactly (FEMNIST's images are re-cropped): an exact-match check cannot
-    prove the writers disjoint, and the run's summary says so.
+    Database 19, and no image matches exactly (FEMNIST's are re-cropped):
+    the writers are kept apart by SD19's partition instead. EMNIST's test
+    split is SD19's test partition hsf_4 (writers f2100-f2599), so the set
+    is refused unless the task drops those writers
+    (`--task_option=drop_nist_test_writers=1`).
   fashion_mnist_opt_in: for the Fashion-MNIST tasks, the examples of the
     clients who opt in to share their data (`--task_option=public_clients=N`
     holds N clients out of training; the opt-in users of the public-data FL
@@ -191,16 +193,23 @@ def from_arrays(
 
 def load_emnist_byclass_test(
   data_dir: Optional[data_dir_lib.PathLike] = None,
+  *,
+  tfds_configs: tuple[str, ...] = ('byclass',),
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split,
   as stored (full size): `emnist_byclass_test.npz` in the data directory or
   our cache, else a prepared TFDS `emnist/byclass` (no files named), else
   built in our cache from NIST's archive (`EMNIST_REMOTE`, downloaded when
   downloads are allowed; the archive is deleted once the split is kept).
+  `tfds_configs` are the TFDS configs tried: ('byclass', 'digits') serves
+  a caller who needs only digits (FL-TOP's public batch) from EMNIST
+  Digits' test split, another set, whose counts are not checked.
 
   Raises:
     DataNotFoundError: None is found and the archive cannot be fetched
       (one line naming every path tried and where to put the file).
+    ValueError: The file or TFDS split found is not the ByClass test split
+      (its size and class counts are not `EMNIST_BYCLASS_TEST_COUNTS`).
   """
   cache = data_dir_lib.resolve_cache_dir()
   try:
@@ -212,16 +221,49 @@ def load_emnist_byclass_test(
     )
   except data_dir_lib.DataNotFoundError as npz_error:
     try:
-      splits, _ = tfds_data.emnist_arrays(
-        data_dir, ('byclass', 'digits'), splits=('test',)
+      splits, source = tfds_data.emnist_arrays(
+        data_dir, tfds_configs, splits=('test',)
       )
     except data_dir_lib.DataNotFoundError as tfds_error:
       path = _byclass_from_nist(cache, npz_error.tried + tfds_error.tried)
     else:
-      return (*splits['test'], ())
+      if 'emnist/byclass' not in source:
+        return (*splits['test'], ())
+      return (*_checked_byclass(*splits['test'], source), ())
   data_dir_lib.record_read('EMNIST ByClass test split (public)', [path])
   with np.load(path) as d:
-    return d['x_test'], d['y_test'], (str(path),)
+    return (
+      *_checked_byclass(d['x_test'], d['y_test'], str(path)),
+      (str(path),),
+    )
+
+
+def byclass_counts(y: np.ndarray) -> tuple[int, int, int, int]:
+  """(examples, digits, upper, lower case) of ByClass labels (0-61)."""
+  return (
+    len(y),
+    int(np.sum(y < 10)),
+    int(np.sum((y >= 10) & (y < 36))),
+    int(np.sum(y >= 36)),
+  )
+
+
+def _checked_byclass(
+  x: np.ndarray, y: np.ndarray, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+  """`(x, y)` if they are the ByClass test split by size and class counts.
+
+  Raises:
+    ValueError: naming the source, its counts and the split's.
+  """
+  counts = byclass_counts(y)
+  if len(x) != len(y) or counts != EMNIST_BYCLASS_TEST_COUNTS:
+    raise ValueError(
+      f"public_data 'emnist_byclass_test': {source} gives {len(x)} images "
+      f'and (examples, digits, upper, lower case) = {counts}, not the '
+      f"ByClass test split's {EMNIST_BYCLASS_TEST_COUNTS}."
+    )
+  return x, y
 
 
 def _byclass_from_nist(cache: pathlib.Path, tried) -> pathlib.Path:
@@ -282,12 +324,7 @@ def emnist_byclass_from_archive(archive: pathlib.Path) -> dict:
       )
     x = _idx(gzip.decompress(z.read(images)), 3, images)
     y = _idx(gzip.decompress(z.read(labels)), 1, labels)
-  counts = (
-    len(y),
-    int(np.sum(y < 10)),
-    int(np.sum((y >= 10) & (y < 36))),
-    int(np.sum(y >= 36)),
-  )
+  counts = byclass_counts(y)
   if len(x) != len(y) or counts != EMNIST_BYCLASS_TEST_COUNTS:
     raise download.DownloadError(
       f'{EMNIST_REMOTE.dataset}: {archive} gives {len(x)} images and '
@@ -326,6 +363,9 @@ class PublicSet:
       images as the source stores them (the overlap check compares these).
     caveat: What the exact-match overlap check cannot show.
     transform: Maps the kept images to the clients' style, or None.
+    writers: The writer partition whose data the set is, which the task
+      must have dropped (`FederatedTask.writers_dropped`), and the task
+      option that drops it; empty if none.
   """
 
   tasks: tuple[str, ...]
@@ -334,6 +374,7 @@ class PublicSet:
   ]
   caveat: str = ''
   transform: Optional[Callable[[np.ndarray], np.ndarray]] = None
+  writers: tuple[str, str] = ('', '')
 
 
 def opted_in(
@@ -360,12 +401,16 @@ SETS = {
     tasks=('emnist',),
     loader=lambda data_dir, task: load_emnist_byclass_test(data_dir),
     caveat=(
-      'EMNIST ByClass and LEAF FEMNIST are both renderings of NIST SD19: '
-      "the set may hold the clients' writers, even their own characters "
-      'rendered differently, which no exact-match check can see. Using it '
-      'as public data assumes it does not.'
+      'EMNIST ByClass and LEAF FEMNIST are both renderings of NIST SD19. '
+      "EMNIST's test split is SD19's test partition hsf_4 (writers "
+      'f2100-f2599), which the task drops (drop_nist_test_writers=1); '
+      "the other writers' characters are in EMNIST's training split, not "
+      'in this set. That the set holds no client character rests on this '
+      'partition, which no exact-match check can see (the renderings '
+      'differ).'
     ),
     transform=half_size,
+    writers=('hsf_4', 'drop_nist_test_writers=1'),
   ),
   'fashion_mnist_opt_in': PublicSet(
     tasks=('fashion_mnist',),
@@ -388,7 +433,8 @@ def load(
   """The public set `name` for `task`, overlaps removed.
 
   Raises:
-    ValueError: If `name` is not a set, or not one for `task`.
+    ValueError: If `name` is not a set, or not one for `task`, or `task`
+      still holds the writers whose data it is.
     DataNotFoundError: If its file is not found.
   """
   if name not in SETS:
@@ -400,6 +446,13 @@ def load(
     raise ValueError(
       f'public_data {name!r} is for task(s) {list(declared.tasks)}, not '
       f'{task.name!r}. No public set is declared for {task.name!r} yet.'
+    )
+  partition, option = declared.writers
+  if partition and partition not in task.writers_dropped:
+    raise ValueError(
+      f'public_data {name!r} is the data of writer partition {partition!r}, '
+      f'which task {task.name!r} still holds as clients and test examples: '
+      f'pass --task_option={option} to drop them.'
     )
   x, y, files = declared.loader(data_dir, task)
   return from_arrays(

@@ -129,6 +129,9 @@ class FederatedTask:
       with its non-private outputs.
     data_sources: What was read to build it (`data_dir.DataSource`s, in
       reading order; `tasks.load_task` fills them in), empty when unknown.
+    writers_dropped: The writer partitions left out of clients and test set
+      because a public set holds their data (EMNIST's `('hsf_4',)`, NIST
+      SD19's test partition), else empty.
   """
 
   name: str
@@ -147,6 +150,7 @@ class FederatedTask:
   opt_in_y: Optional[np.ndarray] = None
   test_held_by_clients: bool = False
   data_sources: tuple[data_dir_lib.DataSource, ...] = ()
+  writers_dropped: tuple[str, ...] = ()
 
   @property
   def element_spec(self):

@@ -232,7 +232,11 @@ def summarize_run(run_dir: pathlib.Path, metric: str) -> dict[str, Any]:
     out['AUROC at best'] = best['test_auroc']
   out['KB up / client / round'] = cost['up'] / 1000
   out['KB down / client / round'] = cost['down'] / 1000
-  dense = 4 * summary['num_model_params']
+  # The whole model as run (frozen weights and adapter factors included):
+  # a partial model's `num_model_params` is only its trained part.
+  dense = 4 * (
+    summary['num_model_params'] + summary.get('num_frozen_params', 0)
+  )
   out['upload compression x'] = dense / cost['up'] if cost['up'] else ''
   clips = [r['clip'] for r in rows if 'clip' in r]
   out['final clip'] = clips[-1] if clips else ''

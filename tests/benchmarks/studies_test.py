@@ -119,6 +119,22 @@ def test_a_row_reports_the_clip_in_force_not_the_flag(tmp_path):
   assert out['KB up / client (to best)'] == pytest.approx(84 * 2 * 0.1 / 1000)
 
 
+def test_a_partial_models_upload_ratio_is_against_the_whole_model(tmp_path):
+  # --train_layers: summary.json's num_model_params is the trained part
+  # (210 weights, 840 bytes up), num_frozen_params the rest (1,890).
+  from tff_dp.job import training
+
+  config = training.ExperimentConfig.create(method='dp_fedavg', clip=1.0)
+  _finished_run(tmp_path, config, 1.0, 840, 'test_accuracy', [0.5, 0.6])
+  whole = studies.summarize_run(tmp_path, 'test_accuracy')
+  assert whole['upload compression x'] == pytest.approx(1.0)
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  summary['num_frozen_params'] = 1890
+  (tmp_path / 'summary.json').write_text(json.dumps(summary))
+  out = studies.summarize_run(tmp_path, 'test_accuracy')
+  assert out['upload compression x'] == pytest.approx(10.0)
+
+
 def test_a_rows_guarantee_caveat_comes_from_its_summary(tmp_path):
   from tff_dp.job import training
 

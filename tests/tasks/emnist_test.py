@@ -28,6 +28,39 @@ def test_leaf_npz_real(shared_data_dir):
   assert task.num_parameters() == 1_206_590
 
 
+def test_the_writers_of_emnists_test_split_can_be_dropped(shared_data_dir):
+  # The public set emnist_byclass_test is NIST SD19's test partition hsf_4
+  # (forms f2100-f2599): 75 of the 300 LEAF writers, with their test
+  # examples.
+  task = emnist.load_emnist(shared_data_dir, drop_nist_test_writers=1)
+  cd = task.train_data
+  assert len(cd.client_ids) == 225
+  assert not emnist.in_nist_test_partition(cd.client_ids).any()
+  assert int(cd.client_sizes().sum()) == 41_495 - 10_611
+  assert task.test_x.shape[0] == 4_763 - 1_217 == len(task.test_y)
+  assert task.writers_dropped == ('hsf_4',)
+  assert '75 writers of NIST partition hsf_4' in task.description
+  assert emnist.load_emnist(shared_data_dir).writers_dropped == ()
+
+
+def test_nist_test_partition_by_writer_id():
+  ids = ['f2099_49', 'f2100_50', 'f2599_99', 'f2600_00', 'f0424_27']
+  np.testing.assert_array_equal(
+    emnist.in_nist_test_partition(ids), [False, True, True, False, False]
+  )
+  with pytest.raises(ValueError, match="'client_0001' is not a NIST id"):
+    emnist.in_nist_test_partition(['client_0001'])
+  with pytest.raises(ValueError, match='must be 0 or 1.*Found 2'):
+    emnist.load_emnist(drop_nist_test_writers=2)
+  with pytest.raises(ValueError, match="needs writer ids.*source 'tfds'"):
+    emnist.load_emnist(
+      source='tfds',
+      split='dominant_classes',
+      num_clients=2,
+      drop_nist_test_writers=1,
+    )
+
+
 def test_digits_only_real(shared_data_dir):
   task = emnist.load_emnist(shared_data_dir, only_digits=True, max_clients=50)
   cd = task.train_data

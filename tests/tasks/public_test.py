@@ -79,6 +79,16 @@ def test_load_names_the_sets_and_their_tasks():
     public.load('emnist_byclass_test', tiny_task())
 
 
+def test_emnists_public_set_needs_its_writers_out_of_the_task():
+  task = dataclasses.replace(tiny_task(), name='emnist')
+  with pytest.raises(
+    ValueError,
+    match="partition 'hsf_4', which task 'emnist' still holds.*"
+    '--task_option=drop_nist_test_writers=1',
+  ):
+    public.load('emnist_byclass_test', task)
+
+
 def _weights(seed):
   model = models.create_image_mlp((4, 4, 1), 3, (5,), seed)
   return tuple(w.numpy() for w in model.weights)
@@ -223,6 +233,19 @@ def test_emnist_byclass_of_other_counts_is_refused(nist_archive, tmp_path):
   ):
     public.load_emnist_byclass_test()
   assert not (tmp_path / 'cache' / 'emnist_byclass_test.npz').exists()
+
+
+def test_a_local_emnist_file_of_other_counts_is_refused(nist_archive, tmp_path):
+  upright, labels = nist_archive
+  np.savez(
+    tmp_path / 'empty' / 'emnist_byclass_test.npz',
+    x_test=upright[:5],
+    y_test=labels[:5],
+  )
+  with pytest.raises(
+    ValueError, match=r'gives 5 images .* \(5, 2, 2, 1\), not .*\(7, 3, 2, 2\)'
+  ):
+    public.load_emnist_byclass_test()
 
 
 def test_emnist_byclass_offline_is_one_line_naming_where_to_put_it(

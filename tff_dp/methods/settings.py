@@ -440,7 +440,8 @@ class RunSettings:
     None,
     'A public set the server may train on at no privacy cost (examples '
     "matching a client's or a test example are removed): "
-    'emnist_byclass_test (for --task=emnist), fashion_mnist_opt_in (the '
+    'emnist_byclass_test (for --task=emnist with --task_option='
+    'drop_nist_test_writers=1), fashion_mnist_opt_in (the '
     'Fashion-MNIST tasks, with --task_option=public_clients=N). See Public '
     'data and partial training in the docs.',
     choices=_public_sets,

@@ -428,6 +428,7 @@ def test_nodownload_holds_for_the_public_set(
     task='emnist',
     data_dir=str(tmp_path / 'data'),
     download=False,
+    task_kwargs=(('drop_nist_test_writers', 1),),
     public_data='emnist_byclass_test',
     public_pretrain_steps=1,
   )
