@@ -253,7 +253,7 @@ def load_emnist(
       missing) or 'tfds' (a prepared TFDS EMNIST, no writer ids:
       split='dominant_classes' only). See the module docstring.
     drop_nist_test_writers: 1 drops NIST SD19's test partition hsf_4,
-      EMNIST's test split (public set `emnist_byclass_test`): 75 writers.
+      EMNIST's test split (public set `emnist_byclass_test`); 75 of leaf_300.
 
   Raises:
     DataNotFoundError: If the source's files are neither found nor fetched.

@@ -194,16 +194,17 @@ def from_arrays(
 def load_emnist_byclass_test(
   data_dir: Optional[data_dir_lib.PathLike] = None,
   *,
-  tfds_configs: tuple[str, ...] = ('byclass',),
+  digits_only: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """`(x uint8 [n, 28, 28], y, files)` of the EMNIST ByClass test split,
   as stored (full size): `emnist_byclass_test.npz` in the data directory or
   our cache, else a prepared TFDS `emnist/byclass` (no files named), else
   built in our cache from NIST's archive (`EMNIST_REMOTE`, downloaded when
   downloads are allowed; the archive is deleted once the split is kept).
-  `tfds_configs` are the TFDS configs tried: ('byclass', 'digits') serves
-  a caller who needs only digits (FL-TOP's public batch) from EMNIST
-  Digits' test split, another set, whose counts are not checked.
+  Each source's size and class counts are checked
+  (`EMNIST_BYCLASS_TEST_COUNTS`), unless `digits_only`: a caller who needs
+  only its digits (FL-TOP's public batch) takes any such file, or else
+  TFDS `emnist/digits`' test split, another set.
 
   Raises:
     DataNotFoundError: None is found and the archive cannot be fetched
@@ -222,20 +223,22 @@ def load_emnist_byclass_test(
   except data_dir_lib.DataNotFoundError as npz_error:
     try:
       splits, source = tfds_data.emnist_arrays(
-        data_dir, tfds_configs, splits=('test',)
+        data_dir,
+        ('byclass', 'digits') if digits_only else ('byclass',),
+        splits=('test',),
       )
     except data_dir_lib.DataNotFoundError as tfds_error:
       path = _byclass_from_nist(cache, npz_error.tried + tfds_error.tried)
     else:
-      if 'emnist/byclass' not in source:
+      if digits_only:
         return (*splits['test'], ())
       return (*_checked_byclass(*splits['test'], source), ())
   data_dir_lib.record_read('EMNIST ByClass test split (public)', [path])
   with np.load(path) as d:
-    return (
-      *_checked_byclass(d['x_test'], d['y_test'], str(path)),
-      (str(path),),
-    )
+    x, y = d['x_test'], d['y_test']
+  if not digits_only:
+    x, y = _checked_byclass(x, y, str(path))
+  return x, y, (str(path),)
 
 
 def byclass_counts(y: np.ndarray) -> tuple[int, int, int, int]:

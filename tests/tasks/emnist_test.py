@@ -40,7 +40,22 @@ def test_the_writers_of_emnists_test_split_can_be_dropped(shared_data_dir):
   assert task.test_x.shape[0] == 4_763 - 1_217 == len(task.test_y)
   assert task.writers_dropped == ('hsf_4',)
   assert '75 writers of NIST partition hsf_4' in task.description
-  assert emnist.load_emnist(shared_data_dir).writers_dropped == ()
+  # The kept writers' examples are unchanged, train and test alike.
+  whole = emnist.load_emnist(shared_data_dir)
+  assert whole.writers_dropped == ()
+  kept = ~emnist.in_nist_test_partition(whole.train_data.client_ids)
+  assert list(cd.client_ids) == list(
+    np.asarray(whole.train_data.client_ids)[kept]
+  )
+  for writer in cd.client_ids[::40]:
+    for a, b in zip(
+      cd.client_arrays(writer), whole.train_data.client_arrays(writer)
+    ):
+      np.testing.assert_array_equal(a, b)
+  *_, w_te, _ = emnist.load_emnist_arrays(shared_data_dir)
+  out = emnist.in_nist_test_partition(w_te)
+  np.testing.assert_array_equal(task.test_x, whole.test_x[~out])
+  np.testing.assert_array_equal(task.test_y, whole.test_y[~out])
 
 
 def test_nist_test_partition_by_writer_id():

@@ -21,6 +21,7 @@ from tff_dp.tasks import data_dir
 from tff_dp.tasks import emnist
 from tff_dp.tasks import fashion_mnist
 from tff_dp.tasks import partition
+from tff_dp.tasks import public
 from tff_dp.tasks import tfds_data
 
 _FASHION_NAMES = [
@@ -411,6 +412,13 @@ def test_public_batch_from_tfds_emnist_byclass_test_split(tfds_home, stores):
       raw = np.rint(image[..., 0] * 255).astype(np.uint8)
       assert digits[raw.tobytes()] == label  # upright test-split digits
   np.testing.assert_array_equal(y, np.arange(10))  # first_per_class
+
+
+def test_the_public_set_refuses_a_tfds_byclass_of_other_counts(tfds_home):
+  # FL-TOP's batch takes the fixture's 30 test images (above); the public
+  # set emnist_byclass_test needs the ByClass test split itself.
+  with pytest.raises(ValueError, match=r'TFDS emnist/byclass .*gives 30'):
+    public.load_emnist_byclass_test(tfds_home / 'empty')
 
 
 def test_public_batch_npz_first_and_absence(isolated, stores, monkeypatch):

@@ -39,9 +39,7 @@ def check_mode(mode: str) -> None:
 
 def _emnist_test_split(data_dir) -> tuple[np.ndarray, np.ndarray]:
   """EMNIST test images (uint8, upright, ink high) and labels (0-9: digits)."""
-  x, y, _ = public_sets.load_emnist_byclass_test(
-    data_dir, tfds_configs=('byclass', 'digits')
-  )
+  x, y, _ = public_sets.load_emnist_byclass_test(data_dir, digits_only=True)
   return x, y
 
 
