@@ -5,4 +5,4 @@ from tff_dp.runtime import processes  # noqa: F401  (registers the atexit cleanu
 
 # The one place the version is stated: setup.py reads this line, and
 # CITATION.cff and CHANGELOG.md's newest entry agree with it (tested).
-__version__ = '0.6.3'
+__version__ = '0.6.4'

@@ -97,6 +97,22 @@ def tuning_outside_ledger(config: ExperimentConfig, method) -> list[str]:
   return steps
 
 
+def population(config, task) -> str:
+  """Whom the guarantee covers: the task's training clients, and who left
+  them (writers whose data a public set holds, opt-in clients)."""
+  words = [f'the {len(task.train_data.client_ids)} training clients']
+  if task.writers_dropped:
+    words.append(
+      f'writers of partition(s) {", ".join(task.writers_dropped)} left the '
+      'population (--task_option=drop_nist_test_writers): a public set '
+      'holds their data, so the run neither trains on nor evaluates their '
+      'examples, and the guarantee does not speak for them'
+    )
+  if dict(config.task_kwargs).get('public_clients'):
+    words.append('the opt-in clients are public and left the population')
+  return '; '.join(words)
+
+
 def _release_section(config, task) -> dict:
   """What the run folder holds beyond the ledger's coverage, if anything."""
   released = config.release_non_private_metrics
@@ -151,6 +167,7 @@ def privacy_section(
   section = {
     'private': True,
     'unit': "client-level: all of one client's data",
+    'population': population(config, task),
     'neighbouring_relation': relation,
     'event_accounted': privacy.event_to_dict(ledger.composed_event()),
     'delta': ledger.delta,

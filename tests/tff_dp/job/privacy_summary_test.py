@@ -60,11 +60,34 @@ def test_client_held_test_metrics_count_as_tuning_once_released():
   assert privacy_summary.tuning_outside_ledger(released, method) == []
 
 
+class _Clients:
+  client_ids = [str(i) for i in range(225)]
+
+
+def test_population_says_who_left_it():
+  class _Task:
+    train_data = _Clients()
+    writers_dropped = ()
+
+  config = training.ExperimentConfig.create(task='emnist', method='dp_fedavg')
+  assert privacy_summary.population(config, _Task()) == (
+    'the 225 training clients'
+  )
+  _Task.writers_dropped = ('hsf_4',)
+  words = privacy_summary.population(config, _Task())
+  assert words.startswith(
+    'the 225 training clients; writers of partition(s) hsf_4 left'
+  )
+  assert 'drop_nist_test_writers' in words
+
+
 def test_ddgauss_under_poisson_sampling_says_its_guarantee_is_not_rigorous():
   from tff_dp.aggregators import ddgauss_accounting  # pylint: disable=g-import-not-at-top
 
   class _Task:
     test_held_by_clients = True
+    train_data = _Clients()
+    writers_dropped = ()
 
   event = ddgauss_accounting.round_event_from_measurements(
     dict(
@@ -94,6 +117,7 @@ def test_ddgauss_under_poisson_sampling_says_its_guarantee_is_not_rigorous():
       config, _Task(), methods.METHODS['ddgauss'], sampling, ledger
     )
   poisson = sections['poisson']
+  assert poisson['population'] == 'the 225 training clients'
   assert poisson['guarantee_holds'] is False
   assert poisson['guarantee_caveat'].startswith('Not rigorous: DDGauss under')
   # Fixed-size cohorts rest on a milder assumption (every sampled client
