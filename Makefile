@@ -154,7 +154,7 @@ EMNIST_002 = dp_fedavg,dpsfl,dpsfl_ac,dpsfl_ac_gamma0.01,dpsfl_ac_relative,fetch
 EMNIST_002_EQ = dp_fedavg_eqbytes,dp_fedavg_eqbytes_seed1,dp_fedavg_eqbytes_seed2,dp_fedavg_slr2_eqbytes,dp_fedavg_slr2_eqbytes_seed1,dp_fedavg_slr2_eqbytes_seed2,dpsfl_ac_relative_eqbytes,dpsfl_ac_relative_eqbytes_seed1,dpsfl_ac_relative_eqbytes_seed2,dpsfl_eqbytes,dp_randagg_eqbytes,fetchsgd_eqbytes,dpsfl_q1_eqbytes
 EMNIST_000 = dp_fedavg,lus_0.5,lus_0.9,blur_lus_0.5,blur_lus_0.9
 # Issue #103's rows, from benchmarks/results/linear_compression_emnist.json.
-LC_EMNIST_300 = srht_interleaved_100x,srht_interleaved_100x_seed1,srht_interleaved_100x_seed2
+LC_EMNIST_300 = srht_interleaved_100x,srht_interleaved_100x_seed1,srht_interleaved_100x_seed2,srht_interleaved_1000x
 EMNIST_000_300 = dp_fedavg_300,dp_fedavg_300_seed1,dp_fedavg_300_seed2,banded_mf_300,banded_mf_300_seed1,banded_mf_300_seed2,blt_300,blur_lus_0.9_300,blur_lus_0.9_300_seed1,blur_lus_0.9_300_seed2,lus_0.9_300,lus_0.5_300,blur_lus_0.5_300,ddgauss_300
 PAPER_001_IID = Guo et al. Table I: mean of 5 seeds after 180 rounds
 PAPER_001_5L = Guo et al. Table II: mean of 5 seeds after 180 rounds
