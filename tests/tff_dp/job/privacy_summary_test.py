@@ -79,6 +79,14 @@ def test_population_says_who_left_it():
     'the 225 training clients; writers of partition(s) hsf_4 left'
   )
   assert 'drop_nist_test_writers' in words
+  _Task.writers_dropped = ()
+  opted_in = config.replace(
+    task='fashion_mnist_iid', task_kwargs=(('public_clients', 60),)
+  )
+  assert privacy_summary.population(opted_in, _Task()) == (
+    'the 225 training clients; the opt-in clients are public and left the '
+    'population'
+  )
 
 
 def test_ddgauss_under_poisson_sampling_says_its_guarantee_is_not_rigorous():
