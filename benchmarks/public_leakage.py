@@ -67,12 +67,13 @@ COLUMNS = (
 )
 
 
-def training_set(model: str, seed: int) -> public.PublicData:
-  """What `model` trains on, as a `PublicData` for `public_pretrain`."""
+def training_set(model: str, seed: int, arrays) -> public.PublicData:
+  """What `model` trains on, as a `PublicData` for `public_pretrain`
+  (`arrays`: `emnist.load_emnist_arrays()`'s)."""
   if model == 'public_only':
     task = tasks.load_task('emnist', model_seed=seed, drop_nist_test_writers=1)
     return public.load('emnist_byclass_test', task)
-  x_tr, y_tr, w_tr, *_ = emnist.load_emnist_arrays()
+  x_tr, y_tr, w_tr, *_ = arrays
   keep = (
     ~emnist.in_nist_test_partition(w_tr)
     if model == 'leaf_other_writers'
@@ -98,10 +99,12 @@ def group_accuracies(predicted, labels, in_hsf4) -> tuple[float, float]:
 
 def measure(model: str, steps: int, batch: int, lr: float, seed: int):
   """`(accuracy hsf_4, accuracy other, training examples)`."""
-  data = training_set(model, seed)
-  # All 300 writers' test examples, and who wrote them.
+  arrays = emnist.load_emnist_arrays()
+  data = training_set(model, seed, arrays)
+  # All 300 writers' test examples (the task's, in the arrays' order), and
+  # who wrote them.
   task = tasks.load_task('emnist', model_seed=seed)
-  *_, w_te, _ = emnist.load_emnist_arrays()
+  w_te = arrays[5]
   if len(w_te) != len(task.test_y):
     raise ValueError("The task's test set is not load_emnist_arrays' own.")
   how = public_pretrain.Pretraining(
