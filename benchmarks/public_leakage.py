@@ -104,7 +104,7 @@ def measure(model: str, steps: int, batch: int, lr: float, seed: int):
   # All 300 writers' test examples (the task's, in the arrays' order), and
   # who wrote them.
   task = tasks.load_task('emnist', model_seed=seed)
-  w_te = arrays[5]
+  *_, w_te, _ = arrays
   if len(w_te) != len(task.test_y):
     raise ValueError("The task's test set is not load_emnist_arrays' own.")
   how = public_pretrain.Pretraining(

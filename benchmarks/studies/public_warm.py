@@ -238,8 +238,7 @@ factors included) over the bytes sent.
   rows=_FASHION_ROWS
   + reseeded(_FASHION_ROWS[0], (1, 2))
   + _FASHION_TUNING
-  # The adapters met the target on seed 0 (84.38% at 19.6x less up):
-  # the headline's other seeds.
+  # The headline row's other seeds.
   + reseeded(_fashion['warm_adapters'], (1, 2)),
   columns=COLUMNS_DP_FEDAVG,
 )
