@@ -122,7 +122,7 @@ partial models' clip (chosen on the test metric, outside the ledger).
   rows=(_SCRATCH,)
   + reseeded(_SCRATCH, (1, 2))
   + _ROWS
-  + reseeded(_ROWS[0], (1, 2))
+  + reseeded(_emnist['warm_all'], (1, 2))
   # In seed 002's setting the partial models did best at a third of the
   # whole model's clip (public_warm_emnist002, clip 0.1 of 0.3): their
   # updates are smaller (median pre-clip norm 0.10-0.17 against 0.22).
@@ -257,7 +257,7 @@ factors included) over the bytes sent.
     clip=0.5,
   ),
   rows=_FASHION_ROWS
-  + reseeded(_FASHION_ROWS[0], (1, 2))
+  + reseeded(_fashion['warm_all'], (1, 2))
   + _FASHION_TUNING
   # The headline row's other seeds.
   + reseeded(_fashion['warm_adapters'], (1, 2)),
@@ -289,7 +289,7 @@ outside the ledger).
   rows=(_SCRATCH,)
   + reseeded(_SCRATCH, (1, 2))
   + _ROWS
-  + reseeded(_ROWS[0], (1, 2))
+  + reseeded(_emnist['warm_all'], (1, 2))
   + tuple(
     at_clip(r, clip)
     for r in _ROWS
