@@ -127,9 +127,7 @@ partial models' clip (chosen on the test metric, outside the ledger).
   # whole model's clip (public_warm_emnist002, clip 0.1 of 0.3): their
   # updates are smaller (median pre-clip norm 0.10-0.17 against 0.22).
   + tuple(
-    at_clip(r, 0.01)
-    for r in _ROWS
-    if r.name in ('warm_logits', 'warm_adapters')
+    at_clip(_emnist[name], 0.01) for name in ('warm_logits', 'warm_adapters')
   )
   # At 0.03 the output layer's updates are all clipped (median pre-clip
   # norm 0.25 in `warm_logits`): the clip then sets the step, not the
@@ -291,9 +289,8 @@ outside the ledger).
   + _ROWS
   + reseeded(_emnist['warm_all'], (1, 2))
   + tuple(
-    at_clip(r, clip)
-    for r in _ROWS
-    if r.name in ('warm_logits', 'warm_adapters')
+    at_clip(_emnist[name], clip)
+    for name in ('warm_logits', 'warm_adapters')
     for clip in (0.1, 0.6)
   ),
   columns=COLUMNS_DP_FEDAVG,
