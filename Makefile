@@ -58,6 +58,7 @@ run: $(STAMP) $(JEMALLOC_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check setup.py tff_dp aggregators tasks tests benchmarks bazel
+	$(VENV)/bin/ruff format --check setup.py tff_dp aggregators tasks tests benchmarks bazel
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format setup.py tff_dp aggregators tasks tests benchmarks bazel

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from tff_dp.tasks import partial_training
 
+
 def adaptable(layer: tf.keras.layers.Layer) -> bool:
   """Whether `layer` takes adapters: a Dense, or a Conv2D with one group
   (exactly those types: Conv2DTranspose subclasses Conv2D with another
