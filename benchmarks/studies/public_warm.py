@@ -136,7 +136,7 @@ partial models' clip (chosen on the test metric, outside the ledger).
   # The output layer's other seeds, the headline's.
   + reseeded(_emnist['warm_logits'], (1, 2))
   # The headline with the linear compressor: the output layer's 7,998
-  # weights in 800 rows, 1,508x less up than the plain model, about as
+  # weights in 800 rows, 1,504x less up than the plain model, about as
   # many rows as the whole model's 1000x (1,207), which ended at 60.0%,
   # inside the uncompressed 58.53-60.28% on all 300 writers
   # (benchmarks/results/linear_compression_emnist.md).
